@@ -1,0 +1,525 @@
+//! The state one node shares between its loop threads: sessions, the topic index, retained
+//! messages, counters, and the inboxes through which threads ask each other to act.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ballast_codec::{topic, QoS, ReasonCode};
+use parking_lot::{Mutex, RwLock};
+
+use super::message::Message;
+use super::session::{ClientParams, ConnLoc, QueueLimits, Refusal, Session, SessionState, Subscription};
+use crate::config::{BrokerConfig, SharedStrategy};
+use crate::metrics::{CloseReason, Limit, Metrics};
+use crate::topic_index::{Match, Subscriber, TopicIndex};
+
+/// What one loop thread is asked to do by another.
+#[derive(Debug, Clone, Copy)]
+pub enum Cmd {
+    /// Write what the session of this connection has in its outbox.
+    Flush(ConnLoc),
+    /// Close this connection, sending DISCONNECT with the code first to 5.0 clients.
+    Close(ConnLoc, CloseReason, Option<ReasonCode>),
+}
+
+/// A loop thread's mailbox. Senders push and wake the thread at most once per batch: the
+/// flag stays set until the thread drains the box.
+pub struct Inbox {
+    cmds: Mutex<Vec<Cmd>>,
+    notified: AtomicBool,
+    waker: mio::Waker,
+}
+
+impl Inbox {
+    pub fn new(waker: mio::Waker) -> Inbox {
+        Inbox { cmds: Mutex::new(Vec::new()), notified: AtomicBool::new(false), waker }
+    }
+
+    /// Takes every queued command (called by the owning thread).
+    pub fn drain(&self, into: &mut Vec<Cmd>) {
+        self.notified.store(false, Ordering::SeqCst);
+        into.append(&mut self.cmds.lock());
+    }
+
+    pub fn wake(&self) {
+        let _ = self.waker.wake();
+    }
+}
+
+thread_local! {
+    /// The loop thread this is, if any: sends to one's own inbox need no wake-up.
+    static CURRENT_WORKER: Cell<u16> = const { Cell::new(u16::MAX) };
+    static TARGETS: RefCell<Vec<Target>> = const { RefCell::new(Vec::new()) };
+}
+
+pub fn set_current_worker(i: u16) {
+    CURRENT_WORKER.with(|c| c.set(i));
+}
+
+/// One session a message goes to, after overlapping subscriptions are merged.
+struct Target {
+    session: Arc<Session>,
+    qos: QoS,
+    retain_as_published: bool,
+    sub_ids: Vec<u32>,
+}
+
+/// What happened to a publish.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Routed {
+    /// Some session's queue was full (a 5.0 publisher is told 0x97 Quota exceeded).
+    pub quota_exceeded: bool,
+}
+
+const SHARDS: usize = 16;
+
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub queue_limits: QueueLimits,
+    pub index: RwLock<TopicIndex<Arc<Session>>>,
+    pub retained: RwLock<HashMap<Arc<str>, Arc<Message>>>,
+    sessions: Vec<Mutex<HashMap<Arc<str>, Arc<Session>>>>,
+    hasher: std::collections::hash_map::RandomState,
+    pub metrics: Metrics,
+    pub inboxes: Vec<Inbox>,
+    next_session_id: AtomicU64,
+    pub started: Instant,
+    pub shutting_down: AtomicBool,
+}
+
+impl Broker {
+    pub fn new(config: BrokerConfig, inboxes: Vec<Inbox>) -> Broker {
+        let l = &config.limits;
+        let queue_limits = QueueLimits {
+            max_messages: l.max_queued_messages,
+            max_bytes: l.max_queued_bytes,
+            max_outbox: l.max_outbox_bytes,
+        };
+        Broker {
+            metrics: Metrics::new(inboxes.len()),
+            config,
+            queue_limits,
+            index: RwLock::new(TopicIndex::default()),
+            retained: RwLock::new(HashMap::new()),
+            sessions: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: Default::default(),
+            inboxes,
+            next_session_id: AtomicU64::new(1),
+            started: Instant::now(),
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    fn shard(&self, client_id: &str) -> &Mutex<HashMap<Arc<str>, Arc<Session>>> {
+        let mut h = self.hasher.build_hasher();
+        client_id.hash(&mut h);
+        &self.sessions[h.finish() as usize % SHARDS]
+    }
+
+    /// Queues a command at the loop thread that owns `loc`, waking it if needed.
+    pub fn send(&self, loc: ConnLoc, cmd: Cmd) {
+        let Some(inbox) = self.inboxes.get(loc.worker as usize) else { return };
+        inbox.cmds.lock().push(cmd);
+        let own = CURRENT_WORKER.with(|c| c.get()) == loc.worker;
+        if !own && !inbox.notified.swap(true, Ordering::SeqCst) {
+            inbox.wake();
+        }
+    }
+
+    /// After writing into a session's outbox: make sure its loop will flush it.
+    pub fn schedule_flush(&self, st: &mut SessionState) {
+        if let Some(loc) = st.conn {
+            if !st.flush_pending && !st.out.is_empty() {
+                st.flush_pending = true;
+                self.send(loc, Cmd::Flush(loc));
+            }
+        }
+    }
+
+    // ---- sessions -------------------------------------------------------------------------
+
+    /// Binds a new connection to the session of `client_id`, creating or taking it over.
+    /// Returns the session and whether it existed (CONNACK session present).
+    pub fn attach(
+        &self,
+        client_id: &str,
+        clean_start: bool,
+        expiry_secs: u32,
+        loc: ConnLoc,
+        params: ClientParams,
+        now: Instant,
+    ) -> (Arc<Session>, bool) {
+        let mut ended = None;
+        let result = {
+            let mut shard = self.shard(client_id).lock();
+            let existing = shard.get(client_id).cloned();
+            let reused = match existing {
+                Some(s) if !clean_start => {
+                    let mut st = s.state.lock();
+                    if let Some(old) = st.conn.replace(loc) {
+                        self.send(old, Cmd::Close(old, CloseReason::SessionTakenOver, Some(ReasonCode::SessionTakenOver)));
+                    }
+                    // Bytes encoded for the old connection (its aliases, its protocol) must not
+                    // reach the new one; QoS 1/2 messages among them are resent from inflight.
+                    st.out.clear();
+                    st.flush_pending = false;
+                    st.backlog = 0;
+                    st.aliases.clear();
+                    st.params = params;
+                    st.expiry_secs = expiry_secs;
+                    st.disconnected_at = None;
+                    // A new connection before the will delay passed cancels the will
+                    // [MQTT-3.1.3-9].
+                    st.delayed_will = None;
+                    s.connected.store(true, Ordering::Relaxed);
+                    drop(st);
+                    Some((s, true))
+                }
+                Some(s) => {
+                    shard.remove(client_id);
+                    ended = Some(s);
+                    None
+                }
+                None => None,
+            };
+            match reused {
+                Some(r) => r,
+                None => {
+                    let id = self.next_session_id.fetch_add(1, Ordering::Relaxed);
+                    let s = Arc::new(Session::new(id, client_id.into()));
+                    {
+                        let mut st = s.state.lock();
+                        st.conn = Some(loc);
+                        st.params = params;
+                        st.expiry_secs = expiry_secs;
+                    }
+                    s.connected.store(true, Ordering::Relaxed);
+                    shard.insert(s.client_id.clone(), s.clone());
+                    self.metrics.sessions.fetch_add(1, Ordering::Relaxed);
+                    (s, false)
+                }
+            }
+        };
+        if let Some(old) = ended {
+            // Clean start: the old session ends here; its connection (if any) is taken over.
+            let loc_old = old.state.lock().conn.take();
+            if let Some(o) = loc_old {
+                self.send(o, Cmd::Close(o, CloseReason::SessionTakenOver, Some(ReasonCode::SessionTakenOver)));
+            }
+            self.end_session(&old, now);
+        }
+        result
+    }
+
+    /// The connection at `loc` closed. Returns true when the session goes on (it has an expiry
+    /// or another connection took it over), false when it ended now.
+    pub fn detach(&self, session: &Arc<Session>, loc: ConnLoc, now: Instant) -> bool {
+        let end = {
+            let mut st = session.state.lock();
+            if st.conn != Some(loc) {
+                return !st.ended; // taken over: the session belongs to the new connection
+            }
+            st.conn = None;
+            st.out.clear();
+            st.flush_pending = false;
+            st.backlog = 0;
+            st.aliases.clear();
+            st.disconnected_at = Some(now);
+            session.connected.store(false, Ordering::Relaxed);
+            st.expiry_secs == 0
+        };
+        if end {
+            self.end_session(session, now);
+        }
+        !end
+    }
+
+    /// Removes a session for good: from the registry, its subscriptions from the index; a will
+    /// still waiting for its delay is published now [MQTT-3.1.2-8].
+    pub fn end_session(&self, session: &Arc<Session>, now: Instant) {
+        {
+            let mut shard = self.shard(&session.client_id).lock();
+            if shard.get(&session.client_id).is_some_and(|s| Arc::ptr_eq(s, session)) {
+                shard.remove(&session.client_id);
+            }
+        }
+        let (subs, will) = {
+            let mut st = session.state.lock();
+            if st.ended {
+                return;
+            }
+            st.ended = true;
+            st.queue.clear();
+            st.inflight.clear();
+            st.queued_bytes = 0;
+            (std::mem::take(&mut st.subscriptions), st.delayed_will.take())
+        };
+        self.metrics.sessions.fetch_sub(1, Ordering::Relaxed);
+        if !subs.is_empty() {
+            let mut index = self.index.write();
+            for filter in subs.keys() {
+                let (group, f) = split_shared(filter);
+                if index.remove(f, group, session.id) {
+                    self.metrics.subscriptions.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if let Some((_, will)) = will {
+            self.publish_will(will, now);
+        }
+    }
+
+    /// Publishes a will: stored as retained too when its retain flag is set.
+    pub fn publish_will(&self, msg: Arc<Message>, now: Instant) {
+        if msg.retain {
+            self.retain(&msg);
+        }
+        self.publish(msg, now);
+    }
+
+    /// Sessions without a connection: publish wills whose delay passed, end sessions whose
+    /// expiry passed.
+    pub fn expire_sessions(&self, now: Instant) {
+        let mut wills = Vec::new();
+        let mut expired = Vec::new();
+        for shard in &self.sessions {
+            for s in shard.lock().values() {
+                let mut st = s.state.lock();
+                if st.conn.is_some() {
+                    continue;
+                }
+                if let Some((due, _)) = &st.delayed_will {
+                    if *due <= now {
+                        if let Some((_, w)) = st.delayed_will.take() {
+                            wills.push(w);
+                        }
+                    }
+                }
+                if let Some(at) = st.disconnected_at {
+                    if st.expiry_secs != u32::MAX
+                        && now.saturating_duration_since(at) >= Duration::from_secs(st.expiry_secs as u64)
+                    {
+                        expired.push(s.clone());
+                    }
+                }
+            }
+        }
+        for w in wills {
+            self.publish_will(w, now);
+        }
+        for s in expired {
+            self.end_session(&s, now);
+        }
+    }
+
+    // ---- subscriptions --------------------------------------------------------------------
+
+    /// Adds a subscription to the index. Returns true when it is new for this session.
+    pub fn subscribe(&self, session: &Arc<Session>, filter: &str, s: &Subscription) -> bool {
+        let (group, f) = split_shared(filter);
+        let sub = Subscriber {
+            id: session.id,
+            target: session.clone(),
+            options: s.options,
+            subscription_id: s.subscription_id,
+        };
+        let new = self.index.write().insert(f, group, sub);
+        if new {
+            self.metrics.subscriptions.fetch_add(1, Ordering::Relaxed);
+        }
+        new
+    }
+
+    pub fn unsubscribe(&self, session: &Arc<Session>, filter: &str) -> bool {
+        let (group, f) = split_shared(filter);
+        let removed = self.index.write().remove(f, group, session.id);
+        if removed {
+            self.metrics.subscriptions.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    // ---- retained -------------------------------------------------------------------------
+
+    /// Stores, replaces or (empty payload) clears the retained message of a topic
+    /// [MQTT-3.3.1-5, -6]. Returns false when the store is full and the topic is new.
+    pub fn retain(&self, msg: &Arc<Message>) -> bool {
+        let mut r = self.retained.write();
+        if msg.payload.is_empty() {
+            if r.remove(&msg.topic).is_some() {
+                self.metrics.retained.fetch_sub(1, Ordering::Relaxed);
+            }
+            return true;
+        }
+        if !r.contains_key(&msg.topic) {
+            if r.len() >= self.config.limits.max_retained_messages {
+                self.metrics.limit(Limit::MaxRetainedMessages);
+                return false;
+            }
+            self.metrics.retained.fetch_add(1, Ordering::Relaxed);
+        }
+        r.insert(msg.topic.clone(), msg.clone());
+        true
+    }
+
+    /// Retained messages matching a filter, dropping expired ones.
+    pub fn retained_matching(&self, filter: &str, now: Instant) -> Vec<Arc<Message>> {
+        let mut expired = Vec::new();
+        let out: Vec<Arc<Message>> = {
+            let r = self.retained.read();
+            r.values()
+                .filter(|m| topic::matches(filter, &m.topic))
+                .filter(|m| {
+                    if m.is_expired(now) {
+                        expired.push(m.topic.clone());
+                        false
+                    } else {
+                        true
+                    }
+                })
+                .cloned()
+                .collect()
+        };
+        if !expired.is_empty() {
+            let mut r = self.retained.write();
+            for t in expired {
+                if r.get(&t).is_some_and(|m| m.is_expired(now)) {
+                    r.remove(&t);
+                    self.metrics.retained.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+        out
+    }
+
+    // ---- delivery -------------------------------------------------------------------------
+
+    /// Routes a message to every matching session on this node. This is the hot path: it runs
+    /// on the publisher's thread and encodes straight into each subscriber's outbox.
+    ///
+    /// (A cluster forwards to remote nodes here, once per node that wants the topic.)
+    pub fn publish(&self, msg: Arc<Message>, now: Instant) -> Routed {
+        TARGETS.with(|t| {
+            let mut targets = t.borrow_mut();
+            targets.clear();
+            self.collect_targets(&msg, &mut targets);
+            let routed = self.deliver(&msg, &targets, now);
+            targets.clear();
+            routed
+        })
+    }
+
+    fn collect_targets(&self, msg: &Message, targets: &mut Vec<Target>) {
+        let index = self.index.read();
+        index.for_each_match(&msg.topic, |m| {
+            let s = match m {
+                Match::Direct(s) => {
+                    // No-local: not to the publisher's own subscription [MQTT-3.8.3-3].
+                    if s.options.no_local && s.id == msg.origin {
+                        return;
+                    }
+                    s
+                }
+                Match::Shared(g) => match self.pick_member(&g.members, &g.cursor) {
+                    Some(s) => s,
+                    None => return,
+                },
+            };
+            targets.push(Target {
+                session: s.target.clone(),
+                qos: msg.qos.min(s.options.qos),
+                retain_as_published: s.options.retain_as_published,
+                sub_ids: s.subscription_id.into_iter().collect(),
+            });
+        });
+        drop(index);
+        if targets.len() > 1 {
+            // Overlapping subscriptions of one session: one delivery at the highest QoS with
+            // every subscription identifier [MQTT-3.3.4-2, -3, -5].
+            targets.sort_by_key(|t| t.session.id);
+            targets.dedup_by(|later, kept| {
+                if later.session.id != kept.session.id {
+                    return false;
+                }
+                kept.qos = kept.qos.max(later.qos);
+                kept.retain_as_published |= later.retain_as_published;
+                kept.sub_ids.append(&mut later.sub_ids);
+                true
+            });
+        }
+    }
+
+    fn pick_member<'a>(
+        &self,
+        members: &'a [Subscriber<Arc<Session>>],
+        cursor: &std::sync::atomic::AtomicUsize,
+    ) -> Option<&'a Subscriber<Arc<Session>>> {
+        if members.is_empty() {
+            return None;
+        }
+        let n = members.len();
+        let start = match self.config.shared_subscription_strategy {
+            SharedStrategy::RoundRobin => cursor.fetch_add(1, Ordering::Relaxed),
+            SharedStrategy::Random => rand::random::<u32>() as usize,
+        };
+        // Prefer a member with a live connection, so messages are not parked with a member
+        // that went away while others are there to take them.
+        (0..n)
+            .map(|k| &members[(start + k) % n])
+            .find(|s| s.target.is_connected())
+            .or_else(|| members.get(start % n))
+    }
+
+    fn deliver(&self, msg: &Arc<Message>, targets: &[Target], now: Instant) -> Routed {
+        let mut routed = Routed::default();
+        let mut sent = 0u64;
+        for t in targets {
+            let mut st = t.session.state.lock();
+            let retain = t.retain_as_published && msg.retain;
+            match st.offer(msg, t.qos, retain, &t.sub_ids, &self.queue_limits, now) {
+                Ok(n) => {
+                    sent += n as u64;
+                    if n > 0 {
+                        self.schedule_flush(&mut st);
+                    }
+                }
+                Err(r) => {
+                    drop(st);
+                    self.refused(r, &mut routed);
+                }
+            }
+        }
+        if sent > 0 {
+            self.metrics.add(|c| &c.messages_sent, sent);
+        }
+        routed
+    }
+
+    pub fn refused(&self, r: Refusal, routed: &mut Routed) {
+        match r {
+            Refusal::OutboxFull => {
+                self.metrics.add(|c| &c.qos0_dropped, 1);
+                self.metrics.limit(Limit::MaxOutboxBytes);
+            }
+            Refusal::QueueFull => {
+                self.metrics.add(|c| &c.messages_dropped, 1);
+                self.metrics.limit(Limit::MaxQueuedMessages);
+                routed.quota_exceeded = true;
+            }
+            Refusal::TooLarge => self.metrics.limit(Limit::OutgoingPacketSize),
+            Refusal::Expired => self.metrics.add(|c| &c.messages_expired, 1),
+        }
+    }
+}
+
+/// Splits `$share/group/filter` into (Some(group), filter); other filters into (None, filter).
+pub fn split_shared(filter: &str) -> (Option<&str>, &str) {
+    match topic::parse_shared(filter) {
+        Some((g, f)) => (Some(g), f),
+        None => (None, filter),
+    }
+}

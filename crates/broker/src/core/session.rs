@@ -1,0 +1,359 @@
+//! Sessions: the state that outlives a connection, and the outgoing QoS flows.
+//!
+//! A session is shared (`Arc<Session>`) between the registry, the topic index and at most one
+//! connection. Everything that changes is behind one mutex, held briefly: a publisher on any
+//! thread locks the session, encodes the PUBLISH into `out`, and, when `out` went from empty to
+//! non-empty, tells the owning loop thread to flush it. The session knows only where its
+//! connection lives (`ConnLoc`), never the connection itself.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ballast_codec::{Packet, Protocol, PubAck, QoS, SubOptions};
+use parking_lot::Mutex;
+
+use super::message::{encode_publish, publish_len, Delivery, Message};
+
+/// Where a session's live connection is: loop thread, slab token, and a generation that tells
+/// a reused token apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLoc {
+    pub worker: u16,
+    pub token: u32,
+    pub gen: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Subscription {
+    pub options: SubOptions,
+    pub subscription_id: Option<u32>,
+}
+
+/// A QoS 1/2 message sent and not yet fully acknowledged.
+#[derive(Debug)]
+pub struct Inflight {
+    pub packet_id: u16,
+    pub msg: Arc<Message>,
+    pub qos: QoS,
+    pub retain: bool,
+    pub subscription_ids: Box<[u32]>,
+    /// QoS 2: PUBREC received and PUBREL sent; waiting for PUBCOMP.
+    pub released: bool,
+}
+
+/// A message waiting for an inflight slot or for the client to come back.
+#[derive(Debug)]
+pub struct Queued {
+    pub msg: Arc<Message>,
+    pub qos: QoS,
+    pub retain: bool,
+    pub subscription_ids: Box<[u32]>,
+}
+
+/// The client's parameters for the current connection (from its CONNECT).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientParams {
+    pub protocol: Protocol,
+    /// Outgoing window: min(our max_inflight, the client's Receive Maximum).
+    pub window: u16,
+    pub max_packet_size: u32,
+    pub topic_alias_max: u16,
+    /// 5.0 Request Problem Information: reason strings only when true.
+    pub problem_info: bool,
+}
+
+impl Default for ClientParams {
+    fn default() -> Self {
+        ClientParams {
+            protocol: Protocol::V3_1_1,
+            window: 32,
+            max_packet_size: u32::MAX,
+            topic_alias_max: 0,
+            problem_info: true,
+        }
+    }
+}
+
+/// Why a message was not delivered or queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// QoS 0 and the outbox is full.
+    OutboxFull,
+    /// The session's queue is at its message or byte limit.
+    QueueFull,
+    /// Larger than the client's Maximum Packet Size.
+    TooLarge,
+    /// Message expiry passed.
+    Expired,
+}
+
+#[derive(Debug, Default)]
+pub struct SessionState {
+    pub conn: Option<ConnLoc>,
+    pub params: ClientParams,
+    /// Encoded packets waiting for the connection's loop to write them.
+    pub out: Vec<u8>,
+    /// A flush request for `out` is already queued at the owning loop.
+    pub flush_pending: bool,
+    /// Bytes the connection took from `out` but has not written yet.
+    pub backlog: usize,
+    pub next_packet_id: u16,
+    pub inflight: VecDeque<Inflight>,
+    pub queue: VecDeque<Queued>,
+    pub queued_bytes: usize,
+    /// Incoming QoS 2 packet ids PUBREC'd and not yet released.
+    pub incoming_qos2: HashSet<u16>,
+    /// Filter (with any `$share/group/` prefix) -> options.
+    pub subscriptions: HashMap<String, Subscription>,
+    /// Outgoing topic aliases for this connection.
+    pub aliases: HashMap<Arc<str>, u16>,
+    /// Session Expiry Interval in seconds (u32::MAX: never).
+    pub expiry_secs: u32,
+    pub disconnected_at: Option<Instant>,
+    /// A will waiting for its delay to pass.
+    pub delayed_will: Option<(Instant, Arc<Message>)>,
+    /// Removed from the registry; nothing may be added.
+    pub ended: bool,
+}
+
+pub struct Session {
+    pub id: u64,
+    pub client_id: Arc<str>,
+    /// Mirrors `state.conn.is_some()` for lock-free checks (shared subscription picks).
+    pub connected: AtomicBool,
+    pub state: Mutex<SessionState>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("id", &self.id).field("client_id", &self.client_id).finish()
+    }
+}
+
+impl Session {
+    pub fn new(id: u64, client_id: Arc<str>) -> Session {
+        Session {
+            id,
+            client_id,
+            connected: AtomicBool::new(false),
+            state: Mutex::new(SessionState { next_packet_id: 1, ..SessionState::default() }),
+        }
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+}
+
+/// Limits applied to one session's queues.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueLimits {
+    pub max_messages: usize,
+    pub max_bytes: usize,
+    pub max_outbox: usize,
+}
+
+impl SessionState {
+    fn alloc_packet_id(&mut self) -> u16 {
+        // Skip ids still in flight [MQTT-2.2.1-3]; the window is far below 65535 so this ends.
+        loop {
+            let id = self.next_packet_id;
+            self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
+            if !self.inflight.iter().any(|f| f.packet_id == id) {
+                return id;
+            }
+        }
+    }
+
+    fn has_window(&self) -> bool {
+        self.conn.is_some() && self.inflight.len() < self.params.window as usize
+    }
+
+    /// Encodes a PUBLISH into `out`, choosing a topic alias when the client allows them.
+    fn write_publish(
+        &mut self,
+        msg: &Message,
+        qos: QoS,
+        retain: bool,
+        dup: bool,
+        packet_id: u16,
+        sub_ids: &[u32],
+        now: Instant,
+    ) {
+        let mut d = Delivery {
+            qos,
+            retain,
+            dup,
+            packet_id,
+            alias: None,
+            alias_only: false,
+            subscription_ids: sub_ids,
+        };
+        if self.params.topic_alias_max > 0 && self.params.protocol.is_v5() {
+            if let Some(a) = self.aliases.get(&msg.topic) {
+                d.alias = Some(*a);
+                d.alias_only = true;
+            } else if self.aliases.len() < self.params.topic_alias_max as usize {
+                let a = self.aliases.len() as u16 + 1;
+                self.aliases.insert(msg.topic.clone(), a);
+                d.alias = Some(a);
+            }
+        }
+        encode_publish(&mut self.out, self.params.protocol, msg, &d, now);
+    }
+
+    fn fits(&self, msg: &Message, qos: QoS, sub_ids: &[u32], now: Instant) -> bool {
+        if self.params.max_packet_size == u32::MAX {
+            return true;
+        }
+        // Measured without an alias-only topic: the largest form we might send.
+        let d = Delivery {
+            qos,
+            retain: true,
+            dup: false,
+            packet_id: 1,
+            alias: None,
+            alias_only: false,
+            subscription_ids: sub_ids,
+        };
+        publish_len(self.params.protocol, msg, &d, now) <= self.params.max_packet_size as usize
+    }
+
+    /// Delivers one message to this session: straight into the outbox when connected (QoS 0,
+    /// or QoS 1/2 within the window), otherwise into the queue. Returns how many PUBLISH
+    /// packets were written (0 or 1).
+    pub fn offer(
+        &mut self,
+        msg: &Arc<Message>,
+        qos: QoS,
+        retain: bool,
+        sub_ids: &[u32],
+        limits: &QueueLimits,
+        now: Instant,
+    ) -> Result<usize, Refusal> {
+        if self.ended {
+            return Ok(0);
+        }
+        if msg.is_expired(now) {
+            return Err(Refusal::Expired);
+        }
+        if !self.fits(msg, qos, sub_ids, now) {
+            return Err(Refusal::TooLarge);
+        }
+        if qos == QoS::AtMostOnce {
+            // QoS 0 goes only to a live connection with room in its outbox.
+            if self.conn.is_none() {
+                return Ok(0);
+            }
+            if self.out.len() + self.backlog >= limits.max_outbox {
+                return Err(Refusal::OutboxFull);
+            }
+            self.write_publish(msg, qos, retain, false, 0, sub_ids, now);
+            return Ok(1);
+        }
+        if self.has_window() && self.queue.is_empty() {
+            let packet_id = self.alloc_packet_id();
+            self.write_publish(msg, qos, retain, false, packet_id, sub_ids, now);
+            self.inflight.push_back(Inflight {
+                packet_id,
+                msg: msg.clone(),
+                qos,
+                retain,
+                subscription_ids: sub_ids.into(),
+                released: false,
+            });
+            return Ok(1);
+        }
+        if self.queue.len() >= limits.max_messages
+            || self.queued_bytes + msg.cost() > limits.max_bytes
+        {
+            return Err(Refusal::QueueFull);
+        }
+        self.queued_bytes += msg.cost();
+        self.queue.push_back(Queued { msg: msg.clone(), qos, retain, subscription_ids: sub_ids.into() });
+        Ok(0)
+    }
+
+    /// Moves queued messages into the inflight window while it has room. Returns
+    /// (PUBLISH packets written, messages dropped as expired).
+    pub fn drain_queue(&mut self, now: Instant) -> (usize, usize) {
+        let (mut sent, mut expired) = (0, 0);
+        while self.has_window() {
+            let Some(q) = self.queue.pop_front() else { break };
+            self.queued_bytes = self.queued_bytes.saturating_sub(q.msg.cost());
+            if q.msg.is_expired(now) {
+                expired += 1;
+                continue;
+            }
+            let packet_id = self.alloc_packet_id();
+            self.write_publish(&q.msg, q.qos, q.retain, false, packet_id, &q.subscription_ids, now);
+            self.inflight.push_back(Inflight {
+                packet_id,
+                msg: q.msg,
+                qos: q.qos,
+                retain: q.retain,
+                subscription_ids: q.subscription_ids,
+                released: false,
+            });
+            sent += 1;
+        }
+        (sent, expired)
+    }
+
+    /// Resends everything in flight after a reconnect: PUBLISH with DUP set, or PUBREL for
+    /// QoS 2 messages already received by the client [MQTT-4.4.0-1].
+    pub fn resend_inflight(&mut self, now: Instant) -> usize {
+        let proto = self.params.protocol;
+        let items: Vec<(u16, Arc<Message>, QoS, bool, Box<[u32]>, bool)> = self
+            .inflight
+            .iter()
+            .map(|f| {
+                (f.packet_id, f.msg.clone(), f.qos, f.retain, f.subscription_ids.clone(), f.released)
+            })
+            .collect();
+        let mut sent = 0;
+        for (pid, msg, qos, retain, ids, released) in items {
+            if released {
+                let p = Packet::PubRel(PubAck { packet_id: pid, code: 0, properties: Default::default() });
+                p.encode(proto, &mut self.out);
+            } else {
+                self.write_publish(&msg, qos, retain, true, pid, &ids, now);
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// PUBACK (QoS 1) or PUBCOMP (QoS 2) from the client: the message is done.
+    pub fn complete(&mut self, packet_id: u16, expect_qos: QoS) -> bool {
+        match self.inflight.iter().position(|f| f.packet_id == packet_id && f.qos == expect_qos) {
+            Some(i) => {
+                self.inflight.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// PUBREC from the client: mark released; the caller sends PUBREL.
+    pub fn received(&mut self, packet_id: u16) -> bool {
+        match self
+            .inflight
+            .iter_mut()
+            .find(|f| f.packet_id == packet_id && f.qos == QoS::ExactlyOnce)
+        {
+            Some(f) => {
+                f.released = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes any packet into the outbox.
+    pub fn write(&mut self, p: &Packet) {
+        p.encode(self.params.protocol, &mut self.out);
+    }
+}

@@ -1,0 +1,147 @@
+//! The I/O shell: listeners, loop threads, housekeeping, and the handle that stops them.
+
+mod housekeeping;
+mod worker;
+mod ws;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use mio::{Poll, Token, Waker};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::config::{BrokerConfig, ConfigError};
+use crate::core::{Broker, Inbox};
+use crate::metrics::MetricsSnapshot;
+
+pub(crate) const WAKER: Token = Token(usize::MAX - 1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot start the event loop: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListenerKind {
+    Mqtt,
+    Ws,
+}
+
+/// One listening socket per loop thread on the same address (SO_REUSEPORT): the kernel spreads
+/// new connections over the threads, and no thread hands sockets to another.
+fn bind_group(addr: SocketAddr, n: usize) -> Result<(SocketAddr, Vec<std::net::TcpListener>), StartError> {
+    let bind_one = |a: SocketAddr| -> std::io::Result<std::net::TcpListener> {
+        let s = Socket::new(Domain::for_address(a), Type::STREAM, Some(Protocol::TCP))?;
+        s.set_reuse_address(true)?;
+        s.set_reuse_port(true)?;
+        s.set_nonblocking(true)?;
+        s.bind(&a.into())?;
+        s.listen(1024)?;
+        Ok(s.into())
+    };
+    let first = bind_one(addr).map_err(|source| StartError::Bind { addr, source })?;
+    let actual = first.local_addr()?;
+    let mut all = vec![first];
+    for _ in 1..n {
+        all.push(bind_one(actual).map_err(|source| StartError::Bind { addr: actual, source })?);
+    }
+    Ok((actual, all))
+}
+
+/// Starts a broker node: binds its listeners, starts its loop threads and housekeeping, and
+/// returns at once.
+pub fn start(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
+    config.validate()?;
+    let n = config.worker_count();
+    let mut listeners: Vec<Vec<(ListenerKind, std::net::TcpListener)>> = (0..n).map(|_| Vec::new()).collect();
+    let mut mqtt_addr = None;
+    let mut ws_addr = None;
+    for (kind, addr) in [(ListenerKind::Mqtt, config.mqtt), (ListenerKind::Ws, config.ws)] {
+        let Some(addr) = addr else { continue };
+        let (actual, group) = bind_group(addr, n)?;
+        match kind {
+            ListenerKind::Mqtt => mqtt_addr = Some(actual),
+            ListenerKind::Ws => ws_addr = Some(actual),
+        }
+        for (i, l) in group.into_iter().enumerate() {
+            listeners[i].push((kind, l));
+        }
+    }
+    let mut polls = Vec::with_capacity(n);
+    let mut inboxes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        inboxes.push(Inbox::new(waker));
+        polls.push(poll);
+    }
+    let broker = Arc::new(Broker::new(config, inboxes));
+    let mut threads = Vec::with_capacity(n + 1);
+    for (i, (poll, ls)) in polls.into_iter().zip(listeners).enumerate() {
+        let b = broker.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("ballast-loop-{i}"))
+            .spawn(move || worker::run(i as u16, poll, ls, b))?;
+        threads.push(t);
+    }
+    let stop = Arc::new(housekeeping::Stop::default());
+    {
+        let b = broker.clone();
+        let stop = stop.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("ballast-housekeeping".into())
+                .spawn(move || housekeeping::run(b, stop))?,
+        );
+    }
+    if let Some(a) = mqtt_addr {
+        tracing::info!(%a, workers = n, "mqtt listening");
+    }
+    if let Some(a) = ws_addr {
+        tracing::info!(%a, path = %broker.config.ws_path, "mqtt over websocket listening");
+    }
+    Ok(BrokerHandle { broker, threads, stop, mqtt_addr, ws_addr })
+}
+
+/// A running node. `shutdown` stops it gracefully.
+pub struct BrokerHandle {
+    broker: Arc<Broker>,
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<housekeeping::Stop>,
+    mqtt_addr: Option<SocketAddr>,
+    ws_addr: Option<SocketAddr>,
+}
+
+impl BrokerHandle {
+    pub fn mqtt_addr(&self) -> Option<SocketAddr> {
+        self.mqtt_addr
+    }
+
+    pub fn ws_addr(&self) -> Option<SocketAddr> {
+        self.ws_addr
+    }
+
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.broker.metrics.snapshot()
+    }
+
+    /// Stops accepting, sends 5.0 clients DISCONNECT 0x8B (server shutting down), flushes
+    /// what is queued for each connection, and waits for the threads to end.
+    pub fn shutdown(self) {
+        self.broker.shutting_down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for inbox in &self.broker.inboxes {
+            inbox.wake();
+        }
+        self.stop.stop();
+        for t in self.threads {
+            let _ = t.join();
+        }
+        tracing::info!("broker stopped");
+    }
+}

@@ -1,0 +1,81 @@
+//! Helpers shared by Ballast's tests.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+pub use ballast_broker::{BrokerConfig, BrokerHandle, Limits};
+
+/// A broker on ephemeral loopback ports for MQTT and WebSocket, two workers, `$SYS` every
+/// second. Shut down when dropped.
+pub struct TestBroker {
+    pub handle: Option<BrokerHandle>,
+    pub mqtt: SocketAddr,
+    pub ws: SocketAddr,
+}
+
+impl TestBroker {
+    pub fn handle(&self) -> &BrokerHandle {
+        self.handle.as_ref().expect("broker running")
+    }
+
+    /// Port of the MQTT listener (rumqttc takes host and port separately).
+    pub fn port(&self) -> u16 {
+        self.mqtt.port()
+    }
+
+    pub fn metrics(&self) -> ballast_broker::MetricsSnapshot {
+        self.handle().metrics()
+    }
+
+    /// Graceful shutdown, waiting for the broker's threads.
+    pub fn shutdown(mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
+    }
+}
+
+/// The configuration `start_broker` uses: loopback, port 0, fast `$SYS`.
+pub fn test_config() -> BrokerConfig {
+    BrokerConfig {
+        mqtt: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        ws: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        workers: 2,
+        sys_interval_secs: 1,
+        ..BrokerConfig::default()
+    }
+}
+
+pub fn start_broker() -> TestBroker {
+    start_broker_with(test_config())
+}
+
+/// Starts a broker with `config` (its listener addresses should use port 0).
+pub fn start_broker_with(config: BrokerConfig) -> TestBroker {
+    let handle = ballast_broker::start(config).expect("broker starts");
+    let mqtt = handle.mqtt_addr().expect("mqtt listener");
+    let ws = handle.ws_addr().unwrap_or(mqtt);
+    TestBroker { handle: Some(handle), mqtt, ws }
+}
+
+/// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
