@@ -296,6 +296,8 @@ impl Metrics {
                 perr[i] += v.load(Relaxed);
             }
         }
+        // PUBLISH packets are counted as messages sent; `packets_sent` counts the others.
+        s.packets_sent += s.messages_sent;
         s.closed = CloseReason::ALL.iter().map(|r| (r.as_str(), closed[r.index()])).collect();
         s.limit_hits = Limit::ALL.iter().map(|l| (l.as_str(), limits[l.index()])).collect();
         s.protocol_errors = perr

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
 use ballast_codec::SubOptions;
 
@@ -26,6 +27,8 @@ pub struct Subscriber<T> {
 #[derive(Debug)]
 pub struct SharedGroup<T> {
     pub name: Box<str>,
+    /// The whole filter as subscribed: `$share/{name}/{filter}`.
+    pub key: Arc<str>,
     pub members: Vec<Subscriber<T>>,
     /// Round-robin cursor; advanced by lookups under a shared read lock, hence atomic.
     pub cursor: AtomicUsize,
@@ -93,6 +96,7 @@ impl<T> TopicIndex<T> {
                     None => {
                         node.shared.push(SharedGroup {
                             name: g.into(),
+                            key: format!("$share/{g}/{filter}").into(),
                             members: Vec::new(),
                             cursor: AtomicUsize::new(0),
                         });
@@ -156,6 +160,15 @@ impl<T> TopicIndex<T> {
             node.children.remove(*first);
         }
         removed
+    }
+
+    /// The shared group `group` on exactly `filter`, if it has members.
+    pub fn shared_group(&self, filter: &str, group: &str) -> Option<&SharedGroup<T>> {
+        let mut node = &self.root;
+        for level in filter.split('/') {
+            node = node.children.get(level)?;
+        }
+        node.shared.iter().find(|g| &*g.name == group)
     }
 
     /// Calls `f` for every subscription whose filter matches `topic`.

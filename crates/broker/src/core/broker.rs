@@ -66,6 +66,8 @@ struct Target {
     qos: QoS,
     retain_as_published: bool,
     sub_ids: Vec<u32>,
+    /// Set when the target was picked from a shared subscription group.
+    shared: Option<Arc<str>>,
 }
 
 /// What happened to a publish.
@@ -230,8 +232,20 @@ impl Broker {
             st.aliases.clear();
             st.disconnected_at = Some(now);
             session.connected.store(false, Ordering::Relaxed);
-            st.expiry_secs == 0
+            (st.expiry_secs == 0, st.take_shared())
         };
+        let (end, shared) = end;
+        if !shared.is_empty() {
+            let left = self.redistribute(session.id, shared, now);
+            if !end && !left.is_empty() {
+                // No other member to take them: they wait for this one to come back.
+                let mut st = session.state.lock();
+                for q in left {
+                    st.queued_bytes += q.msg.cost();
+                    st.queue.push_back(q);
+                }
+            }
+        }
         if end {
             self.end_session(session, now);
         }
@@ -247,16 +261,17 @@ impl Broker {
                 shard.remove(&session.client_id);
             }
         }
-        let (subs, will) = {
+        let (subs, will, shared) = {
             let mut st = session.state.lock();
             if st.ended {
                 return;
             }
             st.ended = true;
+            let shared = st.take_shared();
             st.queue.clear();
             st.inflight.clear();
             st.queued_bytes = 0;
-            (std::mem::take(&mut st.subscriptions), st.delayed_will.take())
+            (std::mem::take(&mut st.subscriptions), st.delayed_will.take(), shared)
         };
         self.metrics.sessions.fetch_sub(1, Ordering::Relaxed);
         if !subs.is_empty() {
@@ -267,6 +282,9 @@ impl Broker {
                     self.metrics.subscriptions.fetch_sub(1, Ordering::Relaxed);
                 }
             }
+        }
+        if !shared.is_empty() {
+            self.redistribute(session.id, shared, now);
         }
         if let Some((_, will)) = will {
             self.publish_will(will, now);
@@ -416,16 +434,16 @@ impl Broker {
     fn collect_targets(&self, msg: &Message, targets: &mut Vec<Target>) {
         let index = self.index.read();
         index.for_each_match(&msg.topic, |m| {
-            let s = match m {
+            let (s, shared) = match m {
                 Match::Direct(s) => {
                     // No-local: not to the publisher's own subscription [MQTT-3.8.3-3].
                     if s.options.no_local && s.id == msg.origin {
                         return;
                     }
-                    s
+                    (s, None)
                 }
-                Match::Shared(g) => match self.pick_member(&g.members, &g.cursor) {
-                    Some(s) => s,
+                Match::Shared(g) => match self.pick_member(&g.members, &g.cursor, 0) {
+                    Some(s) => (s, Some(g.key.clone())),
                     None => return,
                 },
             };
@@ -434,6 +452,7 @@ impl Broker {
                 qos: msg.qos.min(s.options.qos),
                 retain_as_published: s.options.retain_as_published,
                 sub_ids: s.subscription_id.into_iter().collect(),
+                shared,
             });
         });
         drop(index);
@@ -453,10 +472,13 @@ impl Broker {
         }
     }
 
+    /// Picks the member of a shared group that gets a message; `exclude` is a session id
+    /// that must not be picked (0 for none).
     fn pick_member<'a>(
         &self,
         members: &'a [Subscriber<Arc<Session>>],
         cursor: &std::sync::atomic::AtomicUsize,
+        exclude: u64,
     ) -> Option<&'a Subscriber<Arc<Session>>> {
         if members.is_empty() {
             return None;
@@ -468,10 +490,46 @@ impl Broker {
         };
         // Prefer a member with a live connection, so messages are not parked with a member
         // that went away while others are there to take them.
-        (0..n)
-            .map(|k| &members[(start + k) % n])
-            .find(|s| s.target.is_connected())
-            .or_else(|| members.get(start % n))
+        let candidates = (0..n).map(|k| &members[(start + k) % n]).filter(|s| s.id != exclude);
+        candidates.clone().find(|s| s.target.is_connected()).or_else(|| candidates.clone().next())
+    }
+
+    /// Hands messages that a departed member of a shared subscription had not finished to
+    /// another member of its group, so they are not stranded. Returns those no other member
+    /// could take.
+    fn redistribute(&self, from: u64, items: Vec<super::session::Queued>, now: Instant) -> Vec<super::session::Queued> {
+        let mut left = Vec::new();
+        for q in items {
+            let Some(key) = q.shared.clone() else { continue };
+            let (group, filter) = split_shared(&key);
+            let picked = {
+                let index = self.index.read();
+                group
+                    .and_then(|g| index.shared_group(filter, g))
+                    .and_then(|g| self.pick_member(&g.members, &g.cursor, from))
+                    .map(|s| (s.target.clone(), s.options.qos, s.subscription_id))
+            };
+            let Some((session, granted, sub_id)) = picked else {
+                left.push(q);
+                continue;
+            };
+            let ids: Vec<u32> = sub_id.into_iter().collect();
+            let mut st = session.state.lock();
+            let qos = q.msg.qos.min(granted);
+            match st.offer(&q.msg, qos, q.retain, &ids, Some(&key), &self.queue_limits, now) {
+                Ok(n) => {
+                    if n > 0 {
+                        self.metrics.add(|c| &c.messages_sent, n as u64);
+                        self.schedule_flush(&mut st);
+                    }
+                }
+                Err(r) => {
+                    drop(st);
+                    self.refused(r, &mut Routed::default());
+                }
+            }
+        }
+        left
     }
 
     fn deliver(&self, msg: &Arc<Message>, targets: &[Target], now: Instant) -> Routed {
@@ -480,7 +538,12 @@ impl Broker {
         for t in targets {
             let mut st = t.session.state.lock();
             let retain = t.retain_as_published && msg.retain;
-            match st.offer(msg, t.qos, retain, &t.sub_ids, &self.queue_limits, now) {
+            let result = st.offer(msg, t.qos, retain, &t.sub_ids, t.shared.as_ref(), &self.queue_limits, now);
+            if st.window_full_hits > 0 {
+                st.window_full_hits = 0;
+                self.metrics.limit(Limit::MaxInflight);
+            }
+            match result {
                 Ok(n) => {
                     sent += n as u64;
                     if n > 0 {
@@ -508,6 +571,11 @@ impl Broker {
             Refusal::QueueFull => {
                 self.metrics.add(|c| &c.messages_dropped, 1);
                 self.metrics.limit(Limit::MaxQueuedMessages);
+                routed.quota_exceeded = true;
+            }
+            Refusal::QueueBytesFull => {
+                self.metrics.add(|c| &c.messages_dropped, 1);
+                self.metrics.limit(Limit::MaxQueuedBytes);
                 routed.quota_exceeded = true;
             }
             Refusal::TooLarge => self.metrics.limit(Limit::OutgoingPacketSize),

@@ -119,6 +119,7 @@ impl Connection {
 
     /// Writes a packet to the client: into the session outbox once there is one.
     pub fn send(&mut self, b: &Broker, p: &Packet) {
+        b.metrics.add(|c| &c.packets_sent, 1);
         match &self.session {
             Some(s) => {
                 let mut st = s.state.lock();
@@ -526,7 +527,7 @@ impl Connection {
             let mut sent = 0;
             for (m, granted) in retained {
                 let qos = m.qos.min(granted);
-                match st.offer(&m, qos, true, &sub_ids, &b.queue_limits, now) {
+                match st.offer(&m, qos, true, &sub_ids, None, &b.queue_limits, now) {
                     Ok(n) => sent += n,
                     Err(r) => b.refused(r, &mut Default::default()),
                 }

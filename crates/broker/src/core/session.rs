@@ -41,6 +41,8 @@ pub struct Inflight {
     pub subscription_ids: Box<[u32]>,
     /// QoS 2: PUBREC received and PUBREL sent; waiting for PUBCOMP.
     pub released: bool,
+    /// The shared subscription (`$share/g/f`) it came through, if any.
+    pub shared: Option<Arc<str>>,
 }
 
 /// A message waiting for an inflight slot or for the client to come back.
@@ -50,6 +52,7 @@ pub struct Queued {
     pub qos: QoS,
     pub retain: bool,
     pub subscription_ids: Box<[u32]>,
+    pub shared: Option<Arc<str>>,
 }
 
 /// The client's parameters for the current connection (from its CONNECT).
@@ -81,8 +84,10 @@ impl Default for ClientParams {
 pub enum Refusal {
     /// QoS 0 and the outbox is full.
     OutboxFull,
-    /// The session's queue is at its message or byte limit.
+    /// The session's queue is at its message limit.
     QueueFull,
+    /// The session's queue is at its byte limit.
+    QueueBytesFull,
     /// Larger than the client's Maximum Packet Size.
     TooLarge,
     /// Message expiry passed.
@@ -116,6 +121,9 @@ pub struct SessionState {
     pub delayed_will: Option<(Instant, Arc<Message>)>,
     /// Removed from the registry; nothing may be added.
     pub ended: bool,
+    /// Messages queued because the inflight window was full while connected (read and reset
+    /// by the broker into the `max_inflight` limit counter).
+    pub window_full_hits: u32,
 }
 
 pub struct Session {
@@ -224,12 +232,14 @@ impl SessionState {
     /// Delivers one message to this session: straight into the outbox when connected (QoS 0,
     /// or QoS 1/2 within the window), otherwise into the queue. Returns how many PUBLISH
     /// packets were written (0 or 1).
+    #[allow(clippy::too_many_arguments)]
     pub fn offer(
         &mut self,
         msg: &Arc<Message>,
         qos: QoS,
         retain: bool,
         sub_ids: &[u32],
+        shared: Option<&Arc<str>>,
         limits: &QueueLimits,
         now: Instant,
     ) -> Result<usize, Refusal> {
@@ -263,16 +273,27 @@ impl SessionState {
                 retain,
                 subscription_ids: sub_ids.into(),
                 released: false,
+                shared: shared.cloned(),
             });
             return Ok(1);
         }
-        if self.queue.len() >= limits.max_messages
-            || self.queued_bytes + msg.cost() > limits.max_bytes
-        {
+        if self.conn.is_some() {
+            self.window_full_hits += 1;
+        }
+        if self.queue.len() >= limits.max_messages {
             return Err(Refusal::QueueFull);
         }
+        if self.queued_bytes + msg.cost() > limits.max_bytes {
+            return Err(Refusal::QueueBytesFull);
+        }
         self.queued_bytes += msg.cost();
-        self.queue.push_back(Queued { msg: msg.clone(), qos, retain, subscription_ids: sub_ids.into() });
+        self.queue.push_back(Queued {
+            msg: msg.clone(),
+            qos,
+            retain,
+            subscription_ids: sub_ids.into(),
+            shared: shared.cloned(),
+        });
         Ok(0)
     }
 
@@ -296,6 +317,7 @@ impl SessionState {
                 retain: q.retain,
                 subscription_ids: q.subscription_ids,
                 released: false,
+                shared: q.shared,
             });
             sent += 1;
         }
@@ -350,6 +372,38 @@ impl SessionState {
             }
             None => false,
         }
+    }
+
+    /// Takes out the messages that came through shared subscriptions and are not yet with the
+    /// client for good (queued, or sent and not acknowledged), so another member can have them.
+    pub fn take_shared(&mut self) -> Vec<Queued> {
+        let mut out = Vec::new();
+        let mut keep = VecDeque::with_capacity(self.queue.len());
+        for q in self.queue.drain(..) {
+            if q.shared.is_some() {
+                self.queued_bytes = self.queued_bytes.saturating_sub(q.msg.cost());
+                out.push(q);
+            } else {
+                keep.push_back(q);
+            }
+        }
+        self.queue = keep;
+        let mut keep = VecDeque::with_capacity(self.inflight.len());
+        for f in self.inflight.drain(..) {
+            if f.shared.is_some() && !f.released {
+                out.push(Queued {
+                    msg: f.msg,
+                    qos: f.qos,
+                    retain: f.retain,
+                    subscription_ids: f.subscription_ids,
+                    shared: f.shared,
+                });
+            } else {
+                keep.push_back(f);
+            }
+        }
+        self.inflight = keep;
+        out
     }
 
     /// Writes any packet into the outbox.

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ballast_codec::{check, decode, DecodeError, Protocol};
+use ballast_codec::{check, decode, DecodeError};
 use bytes::{Bytes, BytesMut};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -385,7 +385,11 @@ impl Worker {
             // Before CONNECT, only a CONNECT is acceptable [MQTT-3.1.0-1]; refuse others
             // before buffering them.
             if conn.core.phase == Phase::AwaitConnect && header.packet_type() != 1 {
-                break Err(Close::silent(CloseReason::ProtocolError));
+                break Err(Close {
+                    reason: CloseReason::ProtocolError,
+                    code: Some(ballast_codec::ReasonCode::ProtocolError),
+                    message: Some("first packet is not CONNECT"),
+                });
             }
             let total = header.total_len();
             if rest.len() < total {
@@ -395,26 +399,29 @@ impl Worker {
             off += total;
             packets += 1;
             let proto = conn.core.protocol;
+            let was_connecting = conn.core.phase == Phase::AwaitConnect;
             let packet = match decode(frame, proto) {
                 Ok(p) => p,
                 Err(DecodeError::UnsupportedProtocol) if conn.core.phase == Phase::AwaitConnect => {
                     // Answer in 3.1.1 form: 0x01 unacceptable protocol version [MQTT-3.1.2-2].
                     conn.core.direct.extend_from_slice(&[0x20, 0x02, 0x00, 0x01]);
-                    b.metrics.protocol_error(0x84);
-                    break Err(Close::silent(CloseReason::ConnectRefused));
+                    break Err(Close {
+                        reason: CloseReason::ConnectRefused,
+                        code: Some(ballast_codec::ReasonCode::UnsupportedProtocolVersion),
+                        message: Some("unsupported protocol version"),
+                    });
                 }
                 Err(e) => break Err(decode_close(b, &conn.core, &e)),
             };
             if let Err(c) = conn.core.handle(b, packet, now) {
                 break Err(c);
             }
-            if conn.core.phase == Phase::Active && proto != conn.core.protocol {
-                // CONNECT just set the protocol and the keepalive: start watching it.
+            if was_connecting && conn.core.phase == Phase::Active {
+                // CONNECT set the keepalive: watch it from now on. Later packets only move
+                // `last_recv`; the wheel re-checks deadlines lazily.
                 if let Some(d) = conn.core.deadline(b.config.limits.connect_timeout()) {
                     self.wheel.insert(d, t as u32, conn.core.loc.gen);
                 }
-            } else if packets == 1 && conn.core.phase == Phase::Active && conn.core.keepalive_ms > 0 {
-                // (Keepalive deadlines are re-checked lazily by the wheel.)
             }
         };
         b.metrics.with(|c, _| bump(&c.packets_received, packets));
@@ -524,8 +531,17 @@ impl Worker {
             return;
         }
         let b = self.b.clone();
-        if close.reason == CloseReason::ProtocolError || close.reason == CloseReason::PacketTooLarge {
-            tracing::debug!(reason = ?close.reason, code = ?close.code, message = ?close.message, "closing connection");
+        if let Some(code) = close.code {
+            if code.code() >= 0x80 && close.reason != CloseReason::ServerShutdown {
+                b.metrics.protocol_error(code.code());
+                tracing::debug!(
+                    reason = close.reason.as_str(),
+                    code = format_args!("{:#04x}", code.code()),
+                    message = close.message.unwrap_or(""),
+                    client_id = conn.core.session.as_ref().map(|s| &*s.client_id),
+                    "closing connection"
+                );
+            }
         }
         conn.core.farewell(&b, &close);
         // One last attempt to write what is queued (the DISCONNECT, a refusing CONNACK).
@@ -631,7 +647,6 @@ fn drain_blocking(conn: &mut Conn) {
 /// for 5.0 (0x81 malformed, 0x82 protocol error, 0x95 too large, ...).
 fn decode_close(b: &Broker, core: &Connection, e: &DecodeError) -> Close {
     let code = e.reason_code();
-    b.metrics.protocol_error(code.code());
     let reason = match e {
         DecodeError::TooLarge { .. } => {
             b.metrics.limit(Limit::MaxPacketSize);
@@ -645,6 +660,38 @@ fn decode_close(b: &Broker, core: &Connection, e: &DecodeError) -> Close {
         DecodeError::UnsupportedProtocol => "unsupported protocol version",
     };
     tracing::debug!(error = %e, protocol = ?core.protocol, "bad packet");
-    let _ = Protocol::V5;
     Close { reason, code: Some(code), message: Some(text) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an idle connection holds in the loop's slab and its session, before any
+    /// allocation of its own. The memory budget per idle connection is 0.5 KiB all told; keep
+    /// these from growing unnoticed.
+    #[test]
+    fn per_connection_structs_stay_small() {
+        let conn = std::mem::size_of::<Conn>();
+        let session = std::mem::size_of::<crate::core::session::Session>();
+        eprintln!("Conn: {conn} B, Session: {session} B");
+        assert!(conn <= 192, "Conn grew to {conn} bytes");
+        assert!(session <= 384, "Session grew to {session} bytes");
+    }
+
+    #[test]
+    fn wheel_returns_entries_once_their_tick_passes() {
+        let t0 = Instant::now();
+        let mut w = Wheel::new(t0);
+        w.insert(t0 + Duration::from_millis(250), 1, 1);
+        w.insert(t0 + Duration::from_secs(500), 2, 1); // beyond the horizon: clamped
+        let mut due = Vec::new();
+        w.due(t0 + Duration::from_millis(150), &mut due);
+        assert!(due.is_empty());
+        w.due(t0 + Duration::from_millis(300), &mut due);
+        assert_eq!(due, vec![(1, 1)]);
+        due.clear();
+        w.due(t0 + Duration::from_secs(103), &mut due);
+        assert_eq!(due, vec![(2, 1)], "a far deadline comes back within one wheel turn");
+    }
 }
