@@ -341,13 +341,11 @@ fn code_and_properties(
 /// Subscription Options (5.0 §3.8.3.1) or, before 5.0, the Requested QoS byte (3.1.1 §3.8.3).
 fn sub_options(o: u8, v5: bool) -> Result<SubOptions, DecodeError> {
     if !v5 {
-        // 3.1.1 [MQTT-3-8.3-4]: reserved bits set or QoS 3 make the packet malformed.
-        if o & 0xfc != 0 {
-            return Err(DecodeError::Malformed(
-                "reserved subscription option bits set",
-            ));
-        }
-        let qos = QoS::from_u8(o).ok_or(DecodeError::Malformed("subscription QoS 3"))?;
+        // 3.1.1 [MQTT-3-8.3-4]: reserved bits (7-2) set or QoS 3 make the packet malformed;
+        // so the whole byte must be 0, 1 or 2.
+        let qos = QoS::from_u8(o).ok_or(DecodeError::Malformed(
+            "reserved subscription option bits set or QoS 3",
+        ))?;
         return Ok(SubOptions {
             qos,
             ..SubOptions::default()

@@ -458,7 +458,7 @@ fn decode_everywhere(frame: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1024))]
+    #![proptest_config(ProptestConfig::with_cases(4096))]
 
     #[test]
     fn v3_1_1_round_trip(p in packet(Protocol::V3_1_1)) {
