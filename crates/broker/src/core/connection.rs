@@ -367,6 +367,10 @@ impl Connection {
 
     fn publish(&mut self, b: &Broker, p: Publish, now: Instant) -> Result<(), Close> {
         let limits = &b.config.limits;
+        if !p.properties.subscription_identifiers.is_empty() {
+            // Only the server puts Subscription Identifiers in a PUBLISH [MQTT-3.3.4-6].
+            return Err(Close::protocol("subscription identifier in a client PUBLISH"));
+        }
         let topic: Arc<str> = match p.properties.topic_alias {
             Some(alias) if self.protocol.is_v5() => {
                 if alias == 0 || alias > limits.topic_alias_maximum {
@@ -397,6 +401,11 @@ impl Connection {
             Some((ReasonCode::TopicNameInvalid, text))
         } else if topic.starts_with("$SYS") {
             Some((ReasonCode::NotAuthorized, "clients may not publish to $SYS topics"))
+        } else if p.properties.payload_format_indicator == Some(1)
+            && std::str::from_utf8(&p.payload).is_err()
+        {
+            // A payload declared UTF-8 must be UTF-8 [MQTT-3.3.2.3.2].
+            Some((ReasonCode::PayloadFormatInvalid, "payload is not valid UTF-8"))
         } else {
             None
         };

@@ -45,8 +45,12 @@ fn bind_group(addr: SocketAddr, n: usize) -> Result<(SocketAddr, Vec<std::net::T
         s.listen(1024)?;
         Ok(s.into())
     };
-    let first = bind_one(addr).map_err(|source| StartError::Bind { addr, source })?;
-    let actual = first.local_addr()?;
+    // SO_REUSEPORT would let a second process join our port silently; a plain bind first
+    // fails with "address in use" when anyone holds it (and picks the port for port 0).
+    let probe = std::net::TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
+    let actual = probe.local_addr()?;
+    drop(probe);
+    let first = bind_one(actual).map_err(|source| StartError::Bind { addr: actual, source })?;
     let mut all = vec![first];
     for _ in 1..n {
         all.push(bind_one(actual).map_err(|source| StartError::Bind { addr: actual, source })?);

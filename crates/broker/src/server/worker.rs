@@ -433,11 +433,18 @@ impl Worker {
 
     // ---- write ----------------------------------------------------------------------------
 
-    /// Moves the session outbox into `pending` and writes as much as the socket takes.
+    /// Writes what the connection has queued; a failed write closes it.
     fn flush(&mut self, t: usize, gen: u32, now: Instant) {
-        let Some(conn) = self.conns.get_mut(t) else { return };
+        if self.write_queued(t, gen, now).is_err() {
+            self.close(t, gen, Close::silent(CloseReason::IoError), now);
+        }
+    }
+
+    /// Moves the session outbox into `pending` and writes as much as the socket takes.
+    fn write_queued(&mut self, t: usize, gen: u32, now: Instant) -> io::Result<()> {
+        let Some(conn) = self.conns.get_mut(t) else { return Ok(()) };
         if conn.core.loc.gen != gen {
-            return;
+            return Ok(());
         }
         if let Some(s) = &conn.core.session {
             let mut st = s.state.lock();
@@ -454,16 +461,9 @@ impl Worker {
         if !conn.core.direct.is_empty() {
             conn.pending.append(&mut conn.core.direct);
         }
-        match write_out(conn) {
-            Ok(written) => {
-                if written > 0 {
-                    self.b.metrics.with(|c, _| bump(&c.bytes_sent, written as u64));
-                }
-            }
-            Err(_) => {
-                self.close(t, gen, Close::silent(CloseReason::IoError), now);
-                return;
-            }
+        let written = write_out(conn)?;
+        if written > 0 {
+            self.b.metrics.with(|c, _| bump(&c.bytes_sent, written as u64));
         }
         let conn = &mut self.conns[t];
         if conn.pending.is_empty() {
@@ -487,6 +487,7 @@ impl Worker {
                 }
             }
         }
+        Ok(())
     }
 
     // ---- deadlines and close --------------------------------------------------------------
@@ -544,8 +545,9 @@ impl Worker {
             }
         }
         conn.core.farewell(&b, &close);
-        // One last attempt to write what is queued (the DISCONNECT, a refusing CONNACK).
-        self.flush(t, gen, now);
+        // One last attempt to write what is queued (the DISCONNECT, a refusing CONNACK); the
+        // connection closes whether or not it succeeds.
+        let _ = self.write_queued(t, gen, now);
         let Some(conn) = self.conns.get_mut(t) else { return };
         if conn.core.loc.gen != gen {
             return;
@@ -585,7 +587,7 @@ impl Worker {
                     "server shutting down",
                 );
                 conn.core.farewell(&b, &close);
-                self.flush(t, gen, now);
+                let _ = self.write_queued(t, gen, now);
                 if let Some(conn) = self.conns.get_mut(t) {
                     drain_blocking(conn);
                 }
