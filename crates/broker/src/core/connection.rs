@@ -120,16 +120,17 @@ impl Connection {
     /// Writes a packet to the client: into the session outbox once there is one.
     pub fn send(&mut self, b: &Broker, p: &Packet) {
         b.metrics.add(|c| &c.packets_sent, 1);
-        match &self.session {
-            Some(s) => {
-                let mut st = s.state.lock();
-                if st.conn == Some(self.loc) {
-                    st.write(p);
-                    b.schedule_flush(&mut st);
-                }
+        if let Some(s) = &self.session {
+            let mut st = s.state.lock();
+            if st.conn == Some(self.loc) {
+                st.write(p);
+                b.schedule_flush(&mut st);
+                return;
             }
-            None => p.encode(self.protocol, &mut self.direct),
         }
+        // No session yet, or it was taken over: this connection's own last words (a refusing
+        // CONNACK, DISCONNECT 0x8E) go out directly.
+        p.encode(self.protocol, &mut self.direct);
     }
 
     /// A 5.0 DISCONNECT for a close, when one is due. The server sends DISCONNECT only after
@@ -241,6 +242,10 @@ impl Connection {
     // ---- CONNECT --------------------------------------------------------------------------
 
     fn refuse(&mut self, code: ReasonCode, text: &'static str) -> Result<(), Close> {
+        let reason = match code {
+            ReasonCode::ServerBusy => CloseReason::ServerBusy,
+            _ => CloseReason::ConnectRefused,
+        };
         let code_byte = if self.protocol.is_v5() { code.code() } else { code.to_v3_connack() };
         let mut properties = Properties::default();
         if self.protocol.is_v5() {
@@ -248,7 +253,7 @@ impl Connection {
         }
         let ack = ConnAck { session_present: false, code: code_byte, properties };
         Packet::ConnAck(ack).encode(self.protocol, &mut self.direct);
-        Err(Close::new(CloseReason::ConnectRefused, None, text))
+        Err(Close::new(reason, None, text))
     }
 
     fn connect(&mut self, b: &Broker, c: Connect, now: Instant) -> Result<(), Close> {

@@ -45,6 +45,8 @@ struct Conn {
     /// A partial packet carried over between reads; `None` when there is none.
     partial: Option<BytesMut>,
     write_interest: bool,
+    /// Listed in `again`: its read budget ran out with data left.
+    read_again: bool,
     stalled_since: Option<Instant>,
 }
 
@@ -158,6 +160,9 @@ impl Worker {
                 }
             }
             for (t, gen) in std::mem::take(&mut self.again) {
+                if let Some(c) = self.conns.get_mut(t as usize) {
+                    c.read_again = false;
+                }
                 self.readable(t as usize, gen, now);
             }
             // Commands from other threads and from this one (own publishes need no wake-up,
@@ -259,6 +264,7 @@ impl Worker {
             pending: Vec::new(),
             partial: None,
             write_interest: kind == ListenerKind::Ws,
+            read_again: false,
             stalled_since: None,
         });
         self.wheel.insert(now + b.config.limits.connect_timeout(), token as u32, gen);
@@ -303,8 +309,7 @@ impl Worker {
             };
             self.process(t, data, now)?;
         }
-        let gen = self.conns[t].core.loc.gen;
-        self.again.push((t as u32, gen));
+        self.read_later(t);
         Ok(())
     }
 
@@ -340,9 +345,18 @@ impl Worker {
             };
             self.process(t, data, now)?;
         }
-        let gen = self.conns[t].core.loc.gen;
-        self.again.push((t as u32, gen));
+        self.read_later(t);
         Ok(())
+    }
+
+    /// The read budget ran out with data left: read again next turn (edge-triggered
+    /// readiness will not report it again).
+    fn read_later(&mut self, t: usize) {
+        let conn = &mut self.conns[t];
+        if !conn.read_again {
+            conn.read_again = true;
+            self.again.push((t as u32, conn.core.loc.gen));
+        }
     }
 
     fn handshake(&mut self, t: usize, now: Instant) -> Result<(), Close> {
@@ -454,9 +468,9 @@ impl Worker {
                 } else {
                     conn.pending.append(&mut st.out);
                 }
+                st.flush_pending = false;
+                st.backlog = conn.pending.len();
             }
-            st.flush_pending = false;
-            st.backlog = conn.pending.len();
         }
         if !conn.core.direct.is_empty() {
             conn.pending.append(&mut conn.core.direct);
@@ -473,7 +487,9 @@ impl Worker {
             }
             if let Some(s) = &conn.core.session {
                 let mut st = s.state.lock();
-                st.backlog = 0;
+                if st.conn == Some(conn.core.loc) {
+                    st.backlog = 0;
+                }
             }
         } else {
             if conn.stalled_since.is_none() {
