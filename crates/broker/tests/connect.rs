@@ -99,6 +99,7 @@ fn client_id_longer_than_the_limit_is_refused() {
     assert_eq!(ack.code, 2, "identifier rejected: {ack:?}");
     c.expect_closed_silently();
     wait_limit(&b, "max_client_id_length", 2);
+    wait_closed(&b, "connect_refused", 2);
     // An id at the limit is fine.
     let (_c, ack) = Client::try_connect(b.mqtt, V5, &"y".repeat(23), |_| {});
     assert_eq!(ack.code, 0);

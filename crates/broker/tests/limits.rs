@@ -411,6 +411,7 @@ fn receive_maximum_exceeded_disconnects_with_0x93() {
     }
     c.expect_disconnect(&[0x93]);
     wait_limit(&b, "receive_maximum", 1);
+    wait_closed(&b, "limit_exceeded", 1);
 }
 
 #[test]

@@ -421,3 +421,68 @@ fn v5_pubrel_for_unknown_packet_id_gets_pubcomp_0x92() {
         _ => unreachable!(),
     }
 }
+
+#[test]
+fn inbound_qos2_state_survives_a_reconnect() {
+    let b = start_broker();
+    let persistent = |c: &mut Connect| {
+        c.clean_start = false;
+        c.properties.session_expiry_interval = Some(60);
+    };
+    let mut sub = Client::v5(b.mqtt, "sub");
+    sub.sub("q2s/t", QoS::ExactlyOnce);
+    let (mut publ, _) = Client::connect(b.mqtt, V5, "q2pub", persistent);
+    let mut p = publish_packet("q2s/t", "once", QoS::ExactlyOnce, false);
+    p.packet_id = 11;
+    publ.send(Packet::Publish(p.clone()));
+    publ.recv_where(
+        WAIT,
+        "PUBREC",
+        |x| matches!(x, Packet::PubRec(a) if a.packet_id == 11),
+    );
+    publ.drop_abruptly();
+    wait_connections(&b, 1);
+    // The sender reconnects, resends the PUBLISH with DUP (it did not see the PUBREC), then
+    // PUBREL: QoS 2 messages received but not completed are session state (5.0 §4.1), so the
+    // packet id is still known and PUBCOMP is 0x00.
+    let (mut publ, ack) = Client::connect(b.mqtt, V5, "q2pub", persistent);
+    assert!(ack.session_present);
+    p.dup = true;
+    publ.send(Packet::Publish(p));
+    publ.recv_where(
+        WAIT,
+        "PUBREC",
+        |x| matches!(x, Packet::PubRec(a) if a.packet_id == 11),
+    );
+    publ.send(Packet::PubRel(PubAck {
+        packet_id: 11,
+        code: 0,
+        properties: Properties::default(),
+    }));
+    match publ.recv_where(WAIT, "PUBCOMP", |x| matches!(x, Packet::PubComp(_))) {
+        Packet::PubComp(c) => assert_eq!((c.packet_id, c.code), (11, 0)),
+        _ => unreachable!(),
+    }
+    assert_eq!(&sub.recv_publish_acked().payload[..], b"once");
+    sub.expect_no_publish(QUIET);
+}
+
+#[test]
+fn puback_for_an_unknown_packet_id_is_ignored() {
+    let b = start_broker();
+    let mut c = Client::v5(b.mqtt, "stray");
+    c.send(Packet::PubAck(PubAck {
+        packet_id: 999,
+        code: 0,
+        properties: Properties::default(),
+    }));
+    c.send(Packet::PubComp(PubAck {
+        packet_id: 998,
+        code: 0,
+        properties: Properties::default(),
+    }));
+    c.ping();
+    let mut p = Client::v5(b.mqtt, "pub");
+    c.sub("stray/t", QoS::AtLeastOnce);
+    c.assert_receives_from(&mut p, "stray/t");
+}

@@ -240,3 +240,30 @@ fn rumqttc_receives_retained_message() {
     assert!(p.retain);
     assert_eq!(&p.payload[..], b"r");
 }
+
+#[test]
+fn expired_retained_message_is_not_delivered() {
+    let b = start_quiet_broker();
+    let mut publ = Client::v5(b.mqtt, "pub");
+    let mut short = publish_packet("ret/exp", "short-lived", QoS::AtLeastOnce, true);
+    short.properties.message_expiry_interval = Some(1);
+    publ.publish_packet(short);
+    let mut long = publish_packet("ret/keep", "long-lived", QoS::AtLeastOnce, true);
+    long.properties.message_expiry_interval = Some(60);
+    publ.publish_packet(long);
+    // Message expiry is the behaviour under test: let 2 s pass.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let mut sub = Client::v5(b.mqtt, "sub");
+    sub.sub("ret/+", QoS::AtLeastOnce);
+    let got = collect(&mut sub, 2);
+    assert_eq!(
+        payloads(&got),
+        ["long-lived"],
+        "the expired retained message is gone"
+    );
+    let left = got[0]
+        .properties
+        .message_expiry_interval
+        .expect("remaining expiry forwarded");
+    assert!((57..=58).contains(&left), "60 s expiry after ~2 s: {left}");
+}

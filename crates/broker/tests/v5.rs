@@ -566,3 +566,73 @@ fn payload_that_contradicts_its_format_indicator_is_refused() {
     }
     sub.expect_no_publish(QUIET);
 }
+
+#[test]
+fn topic_aliases_do_not_outlive_the_connection() {
+    let b = start_broker();
+    let (mut publ, _) = Client::connect(b.mqtt, V5, "aliaser", persistent(60));
+    let alias = Properties {
+        topic_alias: Some(1),
+        ..Properties::default()
+    };
+    publ.publish_packet(publish_with("al/t", "1", QoS::AtLeastOnce, alias.clone()));
+    publ.disconnect();
+    let (mut publ, ack) = Client::connect(b.mqtt, V5, "aliaser", persistent(60));
+    assert!(ack.session_present);
+    // 5.0 §3.3.2.3.4: mappings belong to the Network Connection, not the session.
+    publ.send(Packet::Publish(publish_with(
+        "",
+        "2",
+        QoS::AtMostOnce,
+        alias,
+    )));
+    publ.expect_disconnect(&[0x82, 0x94]);
+}
+
+#[test]
+fn resubscribing_replaces_the_subscription_identifier() {
+    let b = start_broker();
+    let mut sub = Client::v5(b.mqtt, "resid");
+    let o = SubOptions {
+        qos: QoS::AtLeastOnce,
+        ..SubOptions::default()
+    };
+    let id = |n| Properties {
+        subscription_identifiers: vec![n],
+        ..Properties::default()
+    };
+    sub.subscribe_opts("rid/t", o, id(5));
+    sub.subscribe_opts("rid/t", o, id(6));
+    let mut publ = Client::v5(b.mqtt, "pub");
+    publ.publish("rid/t", "a", QoS::AtLeastOnce);
+    assert_eq!(
+        sub.recv_publish_acked().properties.subscription_identifiers,
+        vec![6]
+    );
+    sub.subscribe_opts("rid/t", o, Properties::default());
+    publ.publish("rid/t", "b", QoS::AtLeastOnce);
+    assert!(sub
+        .recv_publish_acked()
+        .properties
+        .subscription_identifiers
+        .is_empty());
+}
+
+#[test]
+fn clients_cannot_publish_into_sys_topics() {
+    let b = start_broker();
+    let mut watcher = Client::v5(b.mqtt, "watcher");
+    watcher.sub("$SYS/broker/uptime", QoS::AtMostOnce);
+    let mut spoofer = Client::v5(b.mqtt, "spoofer");
+    let code = spoofer.publish("$SYS/broker/uptime", "spoofed", QoS::AtLeastOnce);
+    assert!(
+        code >= 0x80,
+        "PUBACK 0x{code:02x} for a client publish to $SYS"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+    while let Some(p) =
+        watcher.recv_publish_within(deadline.saturating_duration_since(std::time::Instant::now()))
+    {
+        assert_ne!(&p.payload[..], b"spoofed");
+    }
+}

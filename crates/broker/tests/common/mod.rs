@@ -614,11 +614,6 @@ impl Client {
     }
 }
 
-/// A unique-ish client id for a test.
-pub fn id(prefix: &str) -> String {
-    prefix.to_string()
-}
-
 /// Collects PUBLISHes from `c` until `n` have come or `WAIT` passes; acknowledges each.
 pub fn collect(c: &mut Client, n: usize) -> Vec<Publish> {
     let mut out = Vec::new();
