@@ -26,6 +26,15 @@ pub enum Command {
     /// gracefully (MQTT 5 clients get DISCONNECT 0x8B) and exits 0. A bad config file or flag
     /// value exits 2 with a message naming the key and the file line.
     Serve(ServeArgs),
+    /// Drive an MQTT broker (Ballast or any other) with a load scenario over real sockets:
+    /// prints a table, writes JSON with --out and an SVG chart where one helps.
+    ///
+    /// Progress goes to stderr, results to stdout. See docs/BENCHMARKS.md for the method and
+    /// bench/compare.sh for side-by-side runs against other brokers.
+    Bench {
+        #[command(subcommand)]
+        scenario: ballast_bench::Scenario,
+    },
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -96,7 +105,9 @@ mod tests {
             "3",
         ])
         .unwrap();
-        let Command::Serve(a) = cli.command;
+        let Command::Serve(a) = cli.command else {
+            panic!("parsed as another subcommand")
+        };
         assert_eq!(a.config, Some(PathBuf::from("b.toml")));
         assert_eq!(a.mqtt, Some("127.0.0.1:1".parse().unwrap()));
         assert_eq!(a.ws, Some("127.0.0.1:2".parse().unwrap()));

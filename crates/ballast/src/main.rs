@@ -26,5 +26,12 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli.command {
         cli::Command::Serve(args) => serve::run(args),
+        cli::Command::Bench { scenario } => match ballast_bench::run(scenario) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench failed: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

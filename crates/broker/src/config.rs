@@ -121,7 +121,10 @@ pub struct ConfigError {
 }
 
 fn bad(key: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError { key: key.to_string(), reason: reason.into() }
+    ConfigError {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
 }
 
 impl BrokerConfig {
@@ -140,7 +143,9 @@ impl BrokerConfig {
 
     pub fn worker_count(&self) -> usize {
         if self.workers == 0 {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
         } else {
             self.workers
         }
@@ -157,7 +162,10 @@ impl Limits {
             return Err(bad("limits.connect_timeout_ms", "must be at least 1"));
         }
         if !(64..=ballast_codec::MAX_REMAINING_LENGTH as u32 + 5).contains(&l.max_packet_size) {
-            return Err(bad("limits.max_packet_size", "must be between 64 and 268435460"));
+            return Err(bad(
+                "limits.max_packet_size",
+                "must be between 64 and 268435460",
+            ));
         }
         if l.max_inflight == 0 {
             return Err(bad("limits.max_inflight", "must be at least 1"));
@@ -166,19 +174,28 @@ impl Limits {
             return Err(bad("limits.receive_maximum", "must be at least 1"));
         }
         if l.max_outbox_bytes < l.max_packet_size as usize {
-            return Err(bad("limits.max_outbox_bytes", "must be at least limits.max_packet_size"));
+            return Err(bad(
+                "limits.max_outbox_bytes",
+                "must be at least limits.max_packet_size",
+            ));
         }
         if l.write_timeout_ms == 0 {
             return Err(bad("limits.write_timeout_ms", "must be at least 1"));
         }
         if !(1..=65535).contains(&l.max_topic_length) {
-            return Err(bad("limits.max_topic_length", "must be between 1 and 65535"));
+            return Err(bad(
+                "limits.max_topic_length",
+                "must be between 1 and 65535",
+            ));
         }
         if l.max_topic_levels == 0 {
             return Err(bad("limits.max_topic_levels", "must be at least 1"));
         }
         if !(23..=65535).contains(&l.max_client_id_length) {
-            return Err(bad("limits.max_client_id_length", "must be between 23 and 65535"));
+            return Err(bad(
+                "limits.max_client_id_length",
+                "must be between 23 and 65535",
+            ));
         }
         Ok(())
     }
@@ -209,9 +226,11 @@ mod tests {
         let mut c = BrokerConfig::default();
         c.limits.max_packet_size = 10;
         assert_eq!(c.validate().unwrap_err().key, "limits.max_packet_size");
-        let mut c = BrokerConfig::default();
-        c.mqtt = None;
-        c.ws = None;
+        let c = BrokerConfig {
+            mqtt: None,
+            ws: None,
+            ..BrokerConfig::default()
+        };
         assert_eq!(c.validate().unwrap_err().key, "mqtt");
     }
 }

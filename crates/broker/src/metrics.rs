@@ -78,7 +78,10 @@ impl CloseReason {
     }
 
     fn index(self) -> usize {
-        CloseReason::ALL.iter().position(|r| *r == self).unwrap_or(0)
+        CloseReason::ALL
+            .iter()
+            .position(|r| *r == self)
+            .unwrap_or(0)
     }
 }
 
@@ -298,8 +301,14 @@ impl Metrics {
         }
         // PUBLISH packets are counted as messages sent; `packets_sent` counts the others.
         s.packets_sent += s.messages_sent;
-        s.closed = CloseReason::ALL.iter().map(|r| (r.as_str(), closed[r.index()])).collect();
-        s.limit_hits = Limit::ALL.iter().map(|l| (l.as_str(), limits[l.index()])).collect();
+        s.closed = CloseReason::ALL
+            .iter()
+            .map(|r| (r.as_str(), closed[r.index()]))
+            .collect();
+        s.limit_hits = Limit::ALL
+            .iter()
+            .map(|l| (l.as_str(), limits[l.index()]))
+            .collect();
         s.protocol_errors = perr
             .iter()
             .enumerate()

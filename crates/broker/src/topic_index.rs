@@ -49,7 +49,11 @@ struct Node<T> {
 
 impl<T> Default for Node<T> {
     fn default() -> Self {
-        Node { children: HashMap::new(), subscribers: Vec::new(), shared: Vec::new() }
+        Node {
+            children: HashMap::new(),
+            subscribers: Vec::new(),
+            shared: Vec::new(),
+        }
     }
 }
 
@@ -67,7 +71,10 @@ pub struct TopicIndex<T> {
 
 impl<T> Default for TopicIndex<T> {
     fn default() -> Self {
-        TopicIndex { root: Node::default(), len: 0 }
+        TopicIndex {
+            root: Node::default(),
+            len: 0,
+        }
     }
 }
 
@@ -226,7 +233,12 @@ mod tests {
     use super::*;
 
     fn sub(id: u64) -> Subscriber<()> {
-        Subscriber { id, target: (), options: SubOptions::default(), subscription_id: None }
+        Subscriber {
+            id,
+            target: (),
+            options: SubOptions::default(),
+            subscription_id: None,
+        }
     }
 
     fn ids(index: &TopicIndex<()>, topic: &str) -> Vec<u64> {

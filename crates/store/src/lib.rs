@@ -102,7 +102,11 @@ mod contract {
         let s = StoredSession {
             client_id: "c1".into(),
             expiry_secs: 60,
-            subscriptions: vec![StoredSubscription { filter: "a/#".into(), options: 1, subscription_id: Some(3) }],
+            subscriptions: vec![StoredSubscription {
+                filter: "a/#".into(),
+                options: 1,
+                subscription_id: Some(3),
+            }],
         };
         store.put_session(&s).unwrap();
         assert_eq!(store.sessions().unwrap(), vec![s.clone()]);
@@ -115,7 +119,10 @@ mod contract {
     }
 
     fn retained_roundtrip(store: &dyn SessionStore) {
-        let r = StoredRetained { topic: "t".into(), message: Bytes::from_static(b"m") };
+        let r = StoredRetained {
+            topic: "t".into(),
+            message: Bytes::from_static(b"m"),
+        };
         store.put_retained(&r).unwrap();
         assert_eq!(store.retained().unwrap(), vec![r]);
         store.remove_retained("t").unwrap();

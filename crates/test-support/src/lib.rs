@@ -63,7 +63,11 @@ pub fn start_broker_with(config: BrokerConfig) -> TestBroker {
     let handle = ballast_broker::start(config).expect("broker starts");
     let mqtt = handle.mqtt_addr().expect("mqtt listener");
     let ws = handle.ws_addr().unwrap_or(mqtt);
-    TestBroker { handle: Some(handle), mqtt, ws }
+    TestBroker {
+        handle: Some(handle),
+        mqtt,
+        ws,
+    }
 }
 
 /// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.

@@ -3,7 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,9 @@ use ballast_codec::{topic, QoS, ReasonCode};
 use parking_lot::{Mutex, RwLock};
 
 use super::message::Message;
-use super::session::{ClientParams, ConnLoc, QueueLimits, Refusal, Session, SessionState, Subscription};
+use super::session::{
+    ClientParams, ConnLoc, QueueLimits, Refusal, Session, SessionState, Subscription,
+};
 use crate::config::{BrokerConfig, SharedStrategy};
 use crate::metrics::{CloseReason, Limit, Metrics};
 use crate::topic_index::{Match, Subscriber, TopicIndex};
@@ -36,7 +38,11 @@ pub struct Inbox {
 
 impl Inbox {
     pub fn new(waker: mio::Waker) -> Inbox {
-        Inbox { cmds: Mutex::new(Vec::new()), notified: AtomicBool::new(false), waker }
+        Inbox {
+            cmds: Mutex::new(Vec::new()),
+            notified: AtomicBool::new(false),
+            waker,
+        }
     }
 
     /// Takes every queued command (called by the owning thread).
@@ -117,14 +123,14 @@ impl Broker {
     }
 
     fn shard(&self, client_id: &str) -> &Mutex<HashMap<Arc<str>, Arc<Session>>> {
-        let mut h = self.hasher.build_hasher();
-        client_id.hash(&mut h);
-        &self.sessions[h.finish() as usize % SHARDS]
+        &self.sessions[self.hasher.hash_one(client_id) as usize % SHARDS]
     }
 
     /// Queues a command at the loop thread that owns `loc`, waking it if needed.
     pub fn send(&self, loc: ConnLoc, cmd: Cmd) {
-        let Some(inbox) = self.inboxes.get(loc.worker as usize) else { return };
+        let Some(inbox) = self.inboxes.get(loc.worker as usize) else {
+            return;
+        };
         inbox.cmds.lock().push(cmd);
         let own = CURRENT_WORKER.with(|c| c.get()) == loc.worker;
         if !own && !inbox.notified.swap(true, Ordering::SeqCst) {
@@ -163,7 +169,14 @@ impl Broker {
                 Some(s) if !clean_start => {
                     let mut st = s.state.lock();
                     if let Some(old) = st.conn.replace(loc) {
-                        self.send(old, Cmd::Close(old, CloseReason::SessionTakenOver, Some(ReasonCode::SessionTakenOver)));
+                        self.send(
+                            old,
+                            Cmd::Close(
+                                old,
+                                CloseReason::SessionTakenOver,
+                                Some(ReasonCode::SessionTakenOver),
+                            ),
+                        );
                     }
                     // Bytes encoded for the old connection (its aliases, its protocol) must not
                     // reach the new one; QoS 1/2 messages among them are resent from inflight.
@@ -210,7 +223,14 @@ impl Broker {
             // Clean start: the old session ends here; its connection (if any) is taken over.
             let loc_old = old.state.lock().conn.take();
             if let Some(o) = loc_old {
-                self.send(o, Cmd::Close(o, CloseReason::SessionTakenOver, Some(ReasonCode::SessionTakenOver)));
+                self.send(
+                    o,
+                    Cmd::Close(
+                        o,
+                        CloseReason::SessionTakenOver,
+                        Some(ReasonCode::SessionTakenOver),
+                    ),
+                );
             }
             self.end_session(&old, now);
         }
@@ -257,7 +277,10 @@ impl Broker {
     pub fn end_session(&self, session: &Arc<Session>, now: Instant) {
         {
             let mut shard = self.shard(&session.client_id).lock();
-            if shard.get(&session.client_id).is_some_and(|s| Arc::ptr_eq(s, session)) {
+            if shard
+                .get(&session.client_id)
+                .is_some_and(|s| Arc::ptr_eq(s, session))
+            {
                 shard.remove(&session.client_id);
             }
         }
@@ -271,7 +294,11 @@ impl Broker {
             st.queue.clear();
             st.inflight.clear();
             st.queued_bytes = 0;
-            (std::mem::take(&mut st.subscriptions), st.delayed_will.take(), shared)
+            (
+                std::mem::take(&mut st.subscriptions),
+                st.delayed_will.take(),
+                shared,
+            )
         };
         self.metrics.sessions.fetch_sub(1, Ordering::Relaxed);
         if !subs.is_empty() {
@@ -319,7 +346,8 @@ impl Broker {
                 }
                 if let Some(at) = st.disconnected_at {
                     if st.expiry_secs != u32::MAX
-                        && now.saturating_duration_since(at) >= Duration::from_secs(st.expiry_secs as u64)
+                        && now.saturating_duration_since(at)
+                            >= Duration::from_secs(st.expiry_secs as u64)
                     {
                         expired.push(s.clone());
                     }
@@ -490,17 +518,29 @@ impl Broker {
         };
         // Prefer a member with a live connection, so messages are not parked with a member
         // that went away while others are there to take them.
-        let candidates = (0..n).map(|k| &members[(start + k) % n]).filter(|s| s.id != exclude);
-        candidates.clone().find(|s| s.target.is_connected()).or_else(|| candidates.clone().next())
+        let candidates = (0..n)
+            .map(|k| &members[(start + k) % n])
+            .filter(|s| s.id != exclude);
+        candidates
+            .clone()
+            .find(|s| s.target.is_connected())
+            .or_else(|| candidates.clone().next())
     }
 
     /// Hands messages that a departed member of a shared subscription had not finished to
     /// another member of its group, so they are not stranded. Returns those no other member
     /// could take.
-    fn redistribute(&self, from: u64, items: Vec<super::session::Queued>, now: Instant) -> Vec<super::session::Queued> {
+    fn redistribute(
+        &self,
+        from: u64,
+        items: Vec<super::session::Queued>,
+        now: Instant,
+    ) -> Vec<super::session::Queued> {
         let mut left = Vec::new();
         for q in items {
-            let Some(key) = q.shared.clone() else { continue };
+            let Some(key) = q.shared.clone() else {
+                continue;
+            };
             let (group, filter) = split_shared(&key);
             let picked = {
                 let index = self.index.read();
@@ -516,7 +556,15 @@ impl Broker {
             let ids: Vec<u32> = sub_id.into_iter().collect();
             let mut st = session.state.lock();
             let qos = q.msg.qos.min(granted);
-            match st.offer(&q.msg, qos, q.retain, &ids, Some(&key), &self.queue_limits, now) {
+            match st.offer(
+                &q.msg,
+                qos,
+                q.retain,
+                &ids,
+                Some(&key),
+                &self.queue_limits,
+                now,
+            ) {
                 Ok(n) => {
                     if n > 0 {
                         self.metrics.add(|c| &c.messages_sent, n as u64);
@@ -538,7 +586,15 @@ impl Broker {
         for t in targets {
             let mut st = t.session.state.lock();
             let retain = t.retain_as_published && msg.retain;
-            let result = st.offer(msg, t.qos, retain, &t.sub_ids, t.shared.as_ref(), &self.queue_limits, now);
+            let result = st.offer(
+                msg,
+                t.qos,
+                retain,
+                &t.sub_ids,
+                t.shared.as_ref(),
+                &self.queue_limits,
+                now,
+            );
             if st.window_full_hits > 0 {
                 st.window_full_hits = 0;
                 self.metrics.limit(Limit::MaxInflight);

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ballast_codec::{
-    ConnAck, Connect, Disconnect, Packet, Properties, Protocol, PubAck, Publish, QoS,
-    ReasonCode, SubAck, Subscribe, UnsubAck, Unsubscribe,
+    ConnAck, Connect, Disconnect, Packet, Properties, Protocol, PubAck, Publish, QoS, ReasonCode,
+    SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
 use bytes::Bytes;
 
@@ -35,15 +35,27 @@ pub struct Close {
 
 impl Close {
     pub fn new(reason: CloseReason, code: Option<ReasonCode>, message: &'static str) -> Close {
-        Close { reason, code, message: Some(message) }
+        Close {
+            reason,
+            code,
+            message: Some(message),
+        }
     }
 
     pub fn silent(reason: CloseReason) -> Close {
-        Close { reason, code: None, message: None }
+        Close {
+            reason,
+            code: None,
+            message: None,
+        }
     }
 
     fn protocol(message: &'static str) -> Close {
-        Close::new(CloseReason::ProtocolError, Some(ReasonCode::ProtocolError), message)
+        Close::new(
+            CloseReason::ProtocolError,
+            Some(ReasonCode::ProtocolError),
+            message,
+        )
     }
 }
 
@@ -141,12 +153,20 @@ impl Connection {
             if self.problem_info() {
                 properties.reason_string = close.message.map(str::to_string);
             }
-            self.send(b, &Packet::Disconnect(Disconnect { code: code.code(), properties }));
+            self.send(
+                b,
+                &Packet::Disconnect(Disconnect {
+                    code: code.code(),
+                    properties,
+                }),
+            );
         }
     }
 
     fn problem_info(&self) -> bool {
-        self.session.as_ref().is_none_or(|s| s.state.lock().params.problem_info)
+        self.session
+            .as_ref()
+            .is_none_or(|s| s.state.lock().params.problem_info)
     }
 
     fn reason(&self, text: &str) -> Properties {
@@ -170,29 +190,56 @@ impl Connection {
         match packet {
             Packet::Publish(p) => self.publish(b, p, now),
             Packet::PubAck(a) => {
-                self.ack(b, a.packet_id, now, |st, id| st.complete(id, QoS::AtLeastOnce));
+                self.ack(b, a.packet_id, now, |st, id| {
+                    st.complete(id, QoS::AtLeastOnce)
+                });
                 Ok(())
             }
             Packet::PubRec(a) => {
                 if a.code >= 0x80 {
                     // A failed PUBREC ends the flow [MQTT-4.3.3-?]: nothing more is sent.
-                    self.ack(b, a.packet_id, now, |st, id| st.complete(id, QoS::ExactlyOnce));
+                    self.ack(b, a.packet_id, now, |st, id| {
+                        st.complete(id, QoS::ExactlyOnce)
+                    });
                 } else {
                     let known = self.ack(b, a.packet_id, now, |st, id| st.received(id));
-                    let code = if known { 0 } else { ReasonCode::PacketIdentifierNotFound.code() };
-                    let rel = PubAck { packet_id: a.packet_id, code, properties: Properties::default() };
+                    let code = if known {
+                        0
+                    } else {
+                        ReasonCode::PacketIdentifierNotFound.code()
+                    };
+                    let rel = PubAck {
+                        packet_id: a.packet_id,
+                        code,
+                        properties: Properties::default(),
+                    };
                     self.send(b, &Packet::PubRel(rel));
                 }
                 Ok(())
             }
             Packet::PubComp(a) => {
-                self.ack(b, a.packet_id, now, |st, id| st.complete(id, QoS::ExactlyOnce));
+                self.ack(b, a.packet_id, now, |st, id| {
+                    st.complete(id, QoS::ExactlyOnce)
+                });
                 Ok(())
             }
             Packet::PubRel(a) => {
-                let known = self.session().state.lock().incoming_qos2.remove(&a.packet_id);
-                let code = if known { 0 } else { ReasonCode::PacketIdentifierNotFound.code() };
-                let comp = PubAck { packet_id: a.packet_id, code, properties: Properties::default() };
+                let known = self
+                    .session()
+                    .state
+                    .lock()
+                    .incoming_qos2
+                    .remove(&a.packet_id);
+                let code = if known {
+                    0
+                } else {
+                    ReasonCode::PacketIdentifierNotFound.code()
+                };
+                let comp = PubAck {
+                    packet_id: a.packet_id,
+                    code,
+                    properties: Properties::default(),
+                };
                 self.send(b, &Packet::PubComp(comp));
                 Ok(())
             }
@@ -212,7 +259,9 @@ impl Connection {
     }
 
     fn session(&self) -> &Arc<Session> {
-        self.session.as_ref().expect("active connection has a session")
+        self.session
+            .as_ref()
+            .expect("active connection has a session")
     }
 
     /// Applies an acknowledgement to the outgoing flow, then refills the inflight window.
@@ -246,12 +295,20 @@ impl Connection {
             ReasonCode::ServerBusy => CloseReason::ServerBusy,
             _ => CloseReason::ConnectRefused,
         };
-        let code_byte = if self.protocol.is_v5() { code.code() } else { code.to_v3_connack() };
+        let code_byte = if self.protocol.is_v5() {
+            code.code()
+        } else {
+            code.to_v3_connack()
+        };
         let mut properties = Properties::default();
         if self.protocol.is_v5() {
             properties.reason_string = Some(text.to_string());
         }
-        let ack = ConnAck { session_present: false, code: code_byte, properties };
+        let ack = ConnAck {
+            session_present: false,
+            code: code_byte,
+            properties,
+        };
         Packet::ConnAck(ack).encode(self.protocol, &mut self.direct);
         Err(Close::new(reason, None, text))
     }
@@ -268,17 +325,26 @@ impl Connection {
             self.refuse(ReasonCode::ServerUnavailable, "server shutting down")?;
         }
         if c.properties.authentication_method.is_some() {
-            self.refuse(ReasonCode::BadAuthenticationMethod, "enhanced authentication is not supported")?;
+            self.refuse(
+                ReasonCode::BadAuthenticationMethod,
+                "enhanced authentication is not supported",
+            )?;
         }
         if c.client_id.len() > limits.max_client_id_length {
             b.metrics.limit(Limit::MaxClientIdLength);
-            self.refuse(ReasonCode::ClientIdentifierNotValid, "client identifier too long")?;
+            self.refuse(
+                ReasonCode::ClientIdentifierNotValid,
+                "client identifier too long",
+            )?;
         }
         let mut assigned = None;
         let client_id = if c.client_id.is_empty() {
             // 3.1.1 allows an empty id only with a clean session [MQTT-3.1.3-8]; 3.1 never.
             if !v5 && (!c.clean_start || c.protocol == Protocol::V3_1) {
-                self.refuse(ReasonCode::ClientIdentifierNotValid, "empty client identifier")?;
+                self.refuse(
+                    ReasonCode::ClientIdentifierNotValid,
+                    "empty client identifier",
+                )?;
             }
             let id = format!("ballast-{:016x}", rand::random::<u64>());
             assigned = Some(id.clone());
@@ -314,14 +380,21 @@ impl Connection {
         }
         let params = ClientParams {
             protocol: c.protocol,
-            window: limits.max_inflight.min(c.properties.receive_maximum.unwrap_or(u16::MAX)),
+            window: limits
+                .max_inflight
+                .min(c.properties.receive_maximum.unwrap_or(u16::MAX)),
             max_packet_size: c.properties.maximum_packet_size.unwrap_or(u32::MAX),
             topic_alias_max: c.properties.topic_alias_maximum.unwrap_or(0),
             problem_info: c.properties.request_problem_information != Some(0),
         };
 
         if let Some(w) = c.will {
-            let mut msg = Message::new(&w.topic, Bytes::copy_from_slice(&w.payload), w.qos, w.retain);
+            let mut msg = Message::new(
+                &w.topic,
+                Bytes::copy_from_slice(&w.payload),
+                w.qos,
+                w.retain,
+            );
             let as_publish = Publish {
                 dup: false,
                 qos: w.qos,
@@ -353,7 +426,11 @@ impl Connection {
             }
         }
         // Session present is 0 for a clean start [MQTT-3.2.2-2].
-        let ack = ConnAck { session_present: present && !c.clean_start, code: 0, properties: ack_props };
+        let ack = ConnAck {
+            session_present: present && !c.clean_start,
+            code: 0,
+            properties: ack_props,
+        };
         let mut st = session.state.lock();
         st.write(&Packet::ConnAck(ack));
         let resent = st.resend_inflight(now);
@@ -374,7 +451,9 @@ impl Connection {
         let limits = &b.config.limits;
         if !p.properties.subscription_identifiers.is_empty() {
             // Only the server puts Subscription Identifiers in a PUBLISH [MQTT-3.3.4-6].
-            return Err(Close::protocol("subscription identifier in a client PUBLISH"));
+            return Err(Close::protocol(
+                "subscription identifier in a client PUBLISH",
+            ));
         }
         let topic: Arc<str> = match p.properties.topic_alias {
             Some(alias) if self.protocol.is_v5() => {
@@ -405,12 +484,18 @@ impl Connection {
         let refused = if let Err(text) = check_topic_limits(b, &topic) {
             Some((ReasonCode::TopicNameInvalid, text))
         } else if topic.starts_with("$SYS") {
-            Some((ReasonCode::NotAuthorized, "clients may not publish to $SYS topics"))
+            Some((
+                ReasonCode::NotAuthorized,
+                "clients may not publish to $SYS topics",
+            ))
         } else if p.properties.payload_format_indicator == Some(1)
             && std::str::from_utf8(&p.payload).is_err()
         {
             // A payload declared UTF-8 must be UTF-8 [MQTT-3.3.2.3.2].
-            Some((ReasonCode::PayloadFormatInvalid, "payload is not valid UTF-8"))
+            Some((
+                ReasonCode::PayloadFormatInvalid,
+                "payload is not valid UTF-8",
+            ))
         } else {
             None
         };
@@ -419,8 +504,16 @@ impl Connection {
                 // Nothing to answer a QoS 0 publish with, and 3.1.1 has no negative acks.
                 return Err(Close::new(CloseReason::ProtocolError, Some(code), text));
             }
-            let ack = PubAck { packet_id: p.packet_id, code: code.code(), properties: self.reason(text) };
-            let ack = if p.qos == QoS::AtLeastOnce { Packet::PubAck(ack) } else { Packet::PubRec(ack) };
+            let ack = PubAck {
+                packet_id: p.packet_id,
+                code: code.code(),
+                properties: self.reason(text),
+            };
+            let ack = if p.qos == QoS::AtLeastOnce {
+                Packet::PubAck(ack)
+            } else {
+                Packet::PubRec(ack)
+            };
             self.send(b, &ack);
             return Ok(());
         }
@@ -431,7 +524,11 @@ impl Connection {
             if st.incoming_qos2.contains(&p.packet_id) {
                 // A resend before PUBREL: acknowledge again, deliver nothing [MQTT-4.3.3-10].
                 drop(st);
-                let rec = PubAck { packet_id: p.packet_id, code: 0, properties: Properties::default() };
+                let rec = PubAck {
+                    packet_id: p.packet_id,
+                    code: 0,
+                    properties: Properties::default(),
+                };
                 self.send(b, &Packet::PubRec(rec));
                 return Ok(());
             }
@@ -461,7 +558,11 @@ impl Connection {
         } else {
             self.reason("a subscriber's queue is full")
         };
-        let ack = PubAck { packet_id: p.packet_id, code: code.code(), properties };
+        let ack = PubAck {
+            packet_id: p.packet_id,
+            code: code.code(),
+            properties,
+        };
         match p.qos {
             QoS::AtMostOnce => {}
             QoS::AtLeastOnce => self.send(b, &Packet::PubAck(ack)),
@@ -492,11 +593,18 @@ impl Connection {
                 return Err(Close::protocol("no local on a shared subscription"));
             }
             if let Err(text) = check_topic_limits(b, filter) {
-                codes.push(if v5 { ReasonCode::TopicFilterInvalid.code() } else { 0x80 });
+                codes.push(if v5 {
+                    ReasonCode::TopicFilterInvalid.code()
+                } else {
+                    0x80
+                });
                 reason = Some(text);
                 continue;
             }
-            let sub = Subscription { options: f.options, subscription_id: sub_id };
+            let sub = Subscription {
+                options: f.options,
+                subscription_id: sub_id,
+            };
             let stored = {
                 let mut st = session.state.lock();
                 if !st.subscriptions.contains_key(&f.filter)
@@ -510,7 +618,11 @@ impl Connection {
             };
             if !stored {
                 b.metrics.limit(Limit::MaxSubscriptions);
-                codes.push(if v5 { ReasonCode::QuotaExceeded.code() } else { 0x80 });
+                codes.push(if v5 {
+                    ReasonCode::QuotaExceeded.code()
+                } else {
+                    0x80
+                });
                 reason = Some("subscription limit reached");
                 continue;
             };
@@ -534,7 +646,14 @@ impl Connection {
             Some(text) => self.reason(text),
             None => Properties::default(),
         };
-        self.send(b, &Packet::SubAck(SubAck { packet_id: s.packet_id, codes, properties }));
+        self.send(
+            b,
+            &Packet::SubAck(SubAck {
+                packet_id: s.packet_id,
+                codes,
+                properties,
+            }),
+        );
         if !retained.is_empty() {
             let sub_ids: Vec<u32> = sub_id.into_iter().collect();
             let mut st = session.state.lock();
@@ -560,9 +679,17 @@ impl Connection {
             if had {
                 b.unsubscribe(&session, f);
             }
-            codes.push(if had { 0 } else { ReasonCode::NoSubscriptionExisted.code() });
+            codes.push(if had {
+                0
+            } else {
+                ReasonCode::NoSubscriptionExisted.code()
+            });
         }
-        let ack = UnsubAck { packet_id: u.packet_id, codes, properties: Properties::default() };
+        let ack = UnsubAck {
+            packet_id: u.packet_id,
+            codes,
+            properties: Properties::default(),
+        };
         self.send(b, &Packet::UnsubAck(ack));
         Ok(())
     }
@@ -574,7 +701,9 @@ impl Connection {
             let mut st = self.session().state.lock();
             // Expiry 0 at CONNECT cannot be raised at DISCONNECT [MQTT-3.14.2-2].
             if st.expiry_secs == 0 && e != 0 {
-                return Err(Close::protocol("session expiry raised from zero at DISCONNECT"));
+                return Err(Close::protocol(
+                    "session expiry raised from zero at DISCONNECT",
+                ));
             }
             st.expiry_secs = e;
         }
@@ -592,8 +721,14 @@ impl Connection {
     pub fn closed(&mut self, b: &Broker, reason: CloseReason, now: Instant) {
         b.metrics.closed(reason);
         let will = self.extra.take().and_then(|x| x.will);
-        let will = if reason == CloseReason::ClientDisconnect { None } else { will };
-        let Some(session) = self.session.take() else { return };
+        let will = if reason == CloseReason::ClientDisconnect {
+            None
+        } else {
+            will
+        };
+        let Some(session) = self.session.take() else {
+            return;
+        };
         let goes_on = b.detach(&session, self.loc, now);
         if let Some(w) = will {
             if w.delay_secs == 0 || !goes_on {

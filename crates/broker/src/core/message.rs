@@ -166,7 +166,11 @@ pub fn encode_publish(
     }
     out.push(first);
     put_varint(out, rem);
-    let topic: &[u8] = if d.alias_only { b"" } else { msg.topic.as_bytes() };
+    let topic: &[u8] = if d.alias_only {
+        b""
+    } else {
+        msg.topic.as_bytes()
+    };
     out.put_u16(topic.len() as u16);
     out.extend_from_slice(topic);
     if d.qos != QoS::AtMostOnce {

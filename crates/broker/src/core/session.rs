@@ -136,7 +136,10 @@ pub struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("id", &self.id).field("client_id", &self.client_id).finish()
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("client_id", &self.client_id)
+            .finish()
     }
 }
 
@@ -146,7 +149,10 @@ impl Session {
             id,
             client_id,
             connected: AtomicBool::new(false),
-            state: Mutex::new(SessionState { next_packet_id: 1, ..SessionState::default() }),
+            state: Mutex::new(SessionState {
+                next_packet_id: 1,
+                ..SessionState::default()
+            }),
         }
     }
 
@@ -180,6 +186,7 @@ impl SessionState {
     }
 
     /// Encodes a PUBLISH into `out`, choosing a topic alias when the client allows them.
+    #[allow(clippy::too_many_arguments)]
     fn write_publish(
         &mut self,
         msg: &Message,
@@ -302,14 +309,24 @@ impl SessionState {
     pub fn drain_queue(&mut self, now: Instant) -> (usize, usize) {
         let (mut sent, mut expired) = (0, 0);
         while self.has_window() {
-            let Some(q) = self.queue.pop_front() else { break };
+            let Some(q) = self.queue.pop_front() else {
+                break;
+            };
             self.queued_bytes = self.queued_bytes.saturating_sub(q.msg.cost());
             if q.msg.is_expired(now) {
                 expired += 1;
                 continue;
             }
             let packet_id = self.alloc_packet_id();
-            self.write_publish(&q.msg, q.qos, q.retain, false, packet_id, &q.subscription_ids, now);
+            self.write_publish(
+                &q.msg,
+                q.qos,
+                q.retain,
+                false,
+                packet_id,
+                &q.subscription_ids,
+                now,
+            );
             self.inflight.push_back(Inflight {
                 packet_id,
                 msg: q.msg,
@@ -328,29 +345,41 @@ impl SessionState {
     /// QoS 2 messages already received by the client [MQTT-4.4.0-1].
     pub fn resend_inflight(&mut self, now: Instant) -> usize {
         let proto = self.params.protocol;
-        let items: Vec<(u16, Arc<Message>, QoS, bool, Box<[u32]>, bool)> = self
-            .inflight
-            .iter()
-            .map(|f| {
-                (f.packet_id, f.msg.clone(), f.qos, f.retain, f.subscription_ids.clone(), f.released)
-            })
-            .collect();
+        // Taken out while writing: `write_publish` needs `&mut self` for the alias table.
+        let inflight = std::mem::take(&mut self.inflight);
         let mut sent = 0;
-        for (pid, msg, qos, retain, ids, released) in items {
-            if released {
-                let p = Packet::PubRel(PubAck { packet_id: pid, code: 0, properties: Default::default() });
+        for f in &inflight {
+            if f.released {
+                let p = Packet::PubRel(PubAck {
+                    packet_id: f.packet_id,
+                    code: 0,
+                    properties: Default::default(),
+                });
                 p.encode(proto, &mut self.out);
             } else {
-                self.write_publish(&msg, qos, retain, true, pid, &ids, now);
+                self.write_publish(
+                    &f.msg,
+                    f.qos,
+                    f.retain,
+                    true,
+                    f.packet_id,
+                    &f.subscription_ids,
+                    now,
+                );
                 sent += 1;
             }
         }
+        self.inflight = inflight;
         sent
     }
 
     /// PUBACK (QoS 1) or PUBCOMP (QoS 2) from the client: the message is done.
     pub fn complete(&mut self, packet_id: u16, expect_qos: QoS) -> bool {
-        match self.inflight.iter().position(|f| f.packet_id == packet_id && f.qos == expect_qos) {
+        match self
+            .inflight
+            .iter()
+            .position(|f| f.packet_id == packet_id && f.qos == expect_qos)
+        {
             Some(i) => {
                 self.inflight.remove(i);
                 true

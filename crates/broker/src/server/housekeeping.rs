@@ -53,7 +53,10 @@ fn publish_sys(b: &Broker, now: Instant) {
     let m = b.metrics.snapshot();
     let figures: [(&str, String); 10] = [
         ("version", env!("CARGO_PKG_VERSION").to_string()),
-        ("uptime", format!("{}", now.duration_since(b.started).as_secs())),
+        (
+            "uptime",
+            format!("{}", now.duration_since(b.started).as_secs()),
+        ),
         ("clients/connected", m.connections.to_string()),
         ("clients/total", m.sessions.to_string()),
         ("messages/received", m.messages_received.to_string()),
@@ -65,7 +68,12 @@ fn publish_sys(b: &Broker, now: Instant) {
     ];
     for (name, value) in figures {
         let topic = format!("$SYS/broker/{name}");
-        let msg = Arc::new(Message::new(&topic, Bytes::from(value), QoS::AtMostOnce, true));
+        let msg = Arc::new(Message::new(
+            &topic,
+            Bytes::from(value),
+            QoS::AtMostOnce,
+            true,
+        ));
         b.retain(&msg);
         b.publish(msg, now);
     }

@@ -22,7 +22,10 @@ pub enum StartError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot start the event loop: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -35,7 +38,10 @@ pub(crate) enum ListenerKind {
 
 /// One listening socket per loop thread on the same address (SO_REUSEPORT): the kernel spreads
 /// new connections over the threads, and no thread hands sockets to another.
-fn bind_group(addr: SocketAddr, n: usize) -> Result<(SocketAddr, Vec<std::net::TcpListener>), StartError> {
+fn bind_group(
+    addr: SocketAddr,
+    n: usize,
+) -> Result<(SocketAddr, Vec<std::net::TcpListener>), StartError> {
     let bind_one = |a: SocketAddr| -> std::io::Result<std::net::TcpListener> {
         let s = Socket::new(Domain::for_address(a), Type::STREAM, Some(Protocol::TCP))?;
         s.set_reuse_address(true)?;
@@ -47,13 +53,20 @@ fn bind_group(addr: SocketAddr, n: usize) -> Result<(SocketAddr, Vec<std::net::T
     };
     // SO_REUSEPORT would let a second process join our port silently; a plain bind first
     // fails with "address in use" when anyone holds it (and picks the port for port 0).
-    let probe = std::net::TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
+    let probe =
+        std::net::TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
     let actual = probe.local_addr()?;
     drop(probe);
-    let first = bind_one(actual).map_err(|source| StartError::Bind { addr: actual, source })?;
+    let first = bind_one(actual).map_err(|source| StartError::Bind {
+        addr: actual,
+        source,
+    })?;
     let mut all = vec![first];
     for _ in 1..n {
-        all.push(bind_one(actual).map_err(|source| StartError::Bind { addr: actual, source })?);
+        all.push(bind_one(actual).map_err(|source| StartError::Bind {
+            addr: actual,
+            source,
+        })?);
     }
     Ok((actual, all))
 }
@@ -63,10 +76,14 @@ fn bind_group(addr: SocketAddr, n: usize) -> Result<(SocketAddr, Vec<std::net::T
 pub fn start(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
     config.validate()?;
     let n = config.worker_count();
-    let mut listeners: Vec<Vec<(ListenerKind, std::net::TcpListener)>> = (0..n).map(|_| Vec::new()).collect();
+    let mut listeners: Vec<Vec<(ListenerKind, std::net::TcpListener)>> =
+        (0..n).map(|_| Vec::new()).collect();
     let mut mqtt_addr = None;
     let mut ws_addr = None;
-    for (kind, addr) in [(ListenerKind::Mqtt, config.mqtt), (ListenerKind::Ws, config.ws)] {
+    for (kind, addr) in [
+        (ListenerKind::Mqtt, config.mqtt),
+        (ListenerKind::Ws, config.ws),
+    ] {
         let Some(addr) = addr else { continue };
         let (actual, group) = bind_group(addr, n)?;
         match kind {
@@ -110,7 +127,13 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
     if let Some(a) = ws_addr {
         tracing::info!(%a, path = %broker.config.ws_path, "mqtt over websocket listening");
     }
-    Ok(BrokerHandle { broker, threads, stop, mqtt_addr, ws_addr })
+    Ok(BrokerHandle {
+        broker,
+        threads,
+        stop,
+        mqtt_addr,
+        ws_addr,
+    })
 }
 
 /// A running node. `shutdown` stops it gracefully.
@@ -138,7 +161,9 @@ impl BrokerHandle {
     /// Stops accepting, sends 5.0 clients DISCONNECT 0x8B (server shutting down), flushes
     /// what is queued for each connection, and waits for the threads to end.
     pub fn shutdown(self) {
-        self.broker.shutting_down.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.broker
+            .shutting_down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         for inbox in &self.broker.inboxes {
             inbox.wake();
         }

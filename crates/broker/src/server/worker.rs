@@ -60,7 +60,11 @@ struct Wheel {
 
 impl Wheel {
     fn new(now: Instant) -> Wheel {
-        Wheel { slots: (0..WHEEL_SLOTS).map(|_| Vec::new()).collect(), origin: now, tick: 0 }
+        Wheel {
+            slots: (0..WHEEL_SLOTS).map(|_| Vec::new()).collect(),
+            origin: now,
+            tick: 0,
+        }
     }
 
     fn ticks(&self, t: Instant) -> u64 {
@@ -68,7 +72,9 @@ impl Wheel {
     }
 
     fn insert(&mut self, at: Instant, token: u32, gen: u32) {
-        let t = self.ticks(at).clamp(self.tick + 1, self.tick + WHEEL_SLOTS as u64 - 1);
+        let t = self
+            .ticks(at)
+            .clamp(self.tick + 1, self.tick + WHEEL_SLOTS as u64 - 1);
         self.slots[(t % WHEEL_SLOTS as u64) as usize].push((token, gen));
     }
 
@@ -95,7 +101,12 @@ struct Worker {
     accept_paused_until: Option<Instant>,
 }
 
-pub fn run(id: u16, poll: Poll, listeners: Vec<(ListenerKind, std::net::TcpListener)>, b: Arc<Broker>) {
+pub fn run(
+    id: u16,
+    poll: Poll,
+    listeners: Vec<(ListenerKind, std::net::TcpListener)>,
+    b: Arc<Broker>,
+) {
     Metrics::bind_thread(id as usize);
     set_current_worker(id);
     let now = Instant::now();
@@ -113,7 +124,11 @@ pub fn run(id: u16, poll: Poll, listeners: Vec<(ListenerKind, std::net::TcpListe
     };
     for (i, (kind, l)) in listeners.into_iter().enumerate() {
         let mut l = TcpListener::from_std(l);
-        if let Err(e) = w.poll.registry().register(&mut l, Token(LISTENER_BASE + i), Interest::READABLE) {
+        if let Err(e) =
+            w.poll
+                .registry()
+                .register(&mut l, Token(LISTENER_BASE + i), Interest::READABLE)
+        {
             tracing::error!(error = %e, "cannot register listener");
             continue;
         }
@@ -149,7 +164,9 @@ impl Worker {
                     WAKER => {}
                     Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE, now),
                     Token(t) => {
-                        let Some(gen) = self.conns.get(t).map(|c| c.core.loc.gen) else { continue };
+                        let Some(gen) = self.conns.get(t).map(|c| c.core.loc.gen) else {
+                            continue;
+                        };
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             self.readable(t, gen, now);
                         }
@@ -176,7 +193,11 @@ impl Worker {
                     match cmd {
                         Cmd::Flush(loc) => self.flush(loc.token as usize, loc.gen, now),
                         Cmd::Close(loc, reason, code) => {
-                            let close = Close { reason, code, message: None };
+                            let close = Close {
+                                reason,
+                                code,
+                                message: None,
+                            };
                             self.close(loc.token as usize, loc.gen, close, now);
                         }
                     }
@@ -205,7 +226,9 @@ impl Worker {
             return;
         }
         loop {
-            let Some((kind, l)) = self.listeners.get(i) else { return };
+            let Some((kind, l)) = self.listeners.get(i) else {
+                return;
+            };
             let kind = *kind;
             let (stream, _peer) = match l.accept() {
                 Ok(s) => s,
@@ -234,7 +257,11 @@ impl Worker {
             ListenerKind::Mqtt => Interest::READABLE,
             ListenerKind::Ws => Interest::READABLE | Interest::WRITABLE,
         };
-        if let Err(e) = self.poll.registry().register(&mut stream, Token(token), interest) {
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut stream, Token(token), interest)
+        {
             tracing::warn!(error = %e, "cannot register connection");
             return;
         }
@@ -243,20 +270,26 @@ impl Worker {
         let over_limit = count as usize > b.config.limits.max_connections;
         self.next_gen = self.next_gen.wrapping_add(1);
         let gen = self.next_gen;
-        let loc = ConnLoc { worker: self.id, token: token as u32, gen };
+        let loc = ConnLoc {
+            worker: self.id,
+            token: token as u32,
+            gen,
+        };
         let io = match kind {
             ListenerKind::Mqtt => Io::Tcp(stream),
-            ListenerKind::Ws => match ws::start(stream, &b.config.ws_path, b.config.limits.max_packet_size) {
-                Progress::Done(w) => Io::Ws(w),
-                Progress::Pending(mid) => Io::Handshake(Some(mid)),
-                Progress::Failed(e) => {
-                    // The socket was moved into the failed handshake and is closed with it.
-                    tracing::debug!(error = %e, "websocket handshake failed");
-                    b.metrics.connections.fetch_sub(1, Ordering::Relaxed);
-                    b.metrics.closed(CloseReason::ProtocolError);
-                    return;
+            ListenerKind::Ws => {
+                match ws::start(stream, &b.config.ws_path, b.config.limits.max_packet_size) {
+                    Progress::Done(w) => Io::Ws(w),
+                    Progress::Pending(mid) => Io::Handshake(Some(mid)),
+                    Progress::Failed(e) => {
+                        // The socket was moved into the failed handshake and is closed with it.
+                        tracing::debug!(error = %e, "websocket handshake failed");
+                        b.metrics.connections.fetch_sub(1, Ordering::Relaxed);
+                        b.metrics.closed(CloseReason::ProtocolError);
+                        return;
+                    }
                 }
-            },
+            }
         };
         entry.insert(Conn {
             io,
@@ -267,13 +300,16 @@ impl Worker {
             read_again: false,
             stalled_since: None,
         });
-        self.wheel.insert(now + b.config.limits.connect_timeout(), token as u32, gen);
+        self.wheel
+            .insert(now + b.config.limits.connect_timeout(), token as u32, gen);
     }
 
     // ---- read -----------------------------------------------------------------------------
 
     fn readable(&mut self, t: usize, gen: u32, now: Instant) {
-        let Some(conn) = self.conns.get_mut(t) else { return };
+        let Some(conn) = self.conns.get_mut(t) else {
+            return;
+        };
         if conn.core.loc.gen != gen {
             return;
         }
@@ -291,7 +327,9 @@ impl Worker {
     fn read_tcp(&mut self, t: usize, now: Instant) -> Result<(), Close> {
         for _ in 0..READS_PER_TURN {
             let conn = &mut self.conns[t];
-            let Io::Tcp(stream) = &mut conn.io else { return Ok(()) };
+            let Io::Tcp(stream) = &mut conn.io else {
+                return Ok(());
+            };
             let n = match stream.read(&mut self.scratch) {
                 Ok(0) => return Err(Close::silent(CloseReason::PeerClosed)),
                 Ok(n) => n,
@@ -299,7 +337,9 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return Err(Close::silent(CloseReason::IoError)),
             };
-            self.b.metrics.with(|c, _| bump(&c.bytes_received, n as u64));
+            self.b
+                .metrics
+                .with(|c, _| bump(&c.bytes_received, n as u64));
             let data = match conn.partial.take() {
                 Some(mut p) => {
                     p.extend_from_slice(&self.scratch[..n]);
@@ -316,16 +356,26 @@ impl Worker {
     fn read_ws(&mut self, t: usize, now: Instant) -> Result<(), Close> {
         for _ in 0..READS_PER_TURN * 4 {
             let conn = &mut self.conns[t];
-            let Io::Ws(ws) = &mut conn.io else { return Ok(()) };
+            let Io::Ws(ws) = &mut conn.io else {
+                return Ok(());
+            };
             let data = match ws.read() {
                 Ok(tungstenite::Message::Binary(b)) => b,
-                Ok(tungstenite::Message::Close(_)) => return Err(Close::silent(CloseReason::PeerClosed)),
+                Ok(tungstenite::Message::Close(_)) => {
+                    return Err(Close::silent(CloseReason::PeerClosed))
+                }
                 Ok(tungstenite::Message::Text(_)) => {
                     // MQTT travels in binary frames only [MQTT-6.0.0-1].
-                    return Err(Close::new(CloseReason::ProtocolError, None, "text websocket frame"));
+                    return Err(Close::new(
+                        CloseReason::ProtocolError,
+                        None,
+                        "text websocket frame",
+                    ));
                 }
                 Ok(_) => continue, // ping/pong are answered by tungstenite
-                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Ok(())
+                }
                 Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
                     return Err(Close::silent(CloseReason::PeerClosed))
                 }
@@ -335,7 +385,9 @@ impl Worker {
                 }
                 Err(_) => return Err(Close::silent(CloseReason::IoError)),
             };
-            self.b.metrics.with(|c, _| bump(&c.bytes_received, data.len() as u64));
+            self.b
+                .metrics
+                .with(|c, _| bump(&c.bytes_received, data.len() as u64));
             let data = match conn.partial.take() {
                 Some(mut p) => {
                     p.extend_from_slice(&data);
@@ -361,8 +413,12 @@ impl Worker {
 
     fn handshake(&mut self, t: usize, now: Instant) -> Result<(), Close> {
         let conn = &mut self.conns[t];
-        let Io::Handshake(mid) = &mut conn.io else { return Ok(()) };
-        let Some(m) = mid.take() else { return Err(Close::silent(CloseReason::IoError)) };
+        let Io::Handshake(mid) = &mut conn.io else {
+            return Ok(());
+        };
+        let Some(m) = mid.take() else {
+            return Err(Close::silent(CloseReason::IoError));
+        };
         match ws::resume(*m) {
             Progress::Done(w) => {
                 conn.io = Io::Ws(w);
@@ -418,7 +474,9 @@ impl Worker {
                 Ok(p) => p,
                 Err(DecodeError::UnsupportedProtocol) if conn.core.phase == Phase::AwaitConnect => {
                     // Answer in 3.1.1 form: 0x01 unacceptable protocol version [MQTT-3.1.2-2].
-                    conn.core.direct.extend_from_slice(&[0x20, 0x02, 0x00, 0x01]);
+                    conn.core
+                        .direct
+                        .extend_from_slice(&[0x20, 0x02, 0x00, 0x01]);
                     break Err(Close {
                         reason: CloseReason::ConnectRefused,
                         code: Some(ballast_codec::ReasonCode::UnsupportedProtocolVersion),
@@ -456,7 +514,9 @@ impl Worker {
 
     /// Moves the session outbox into `pending` and writes as much as the socket takes.
     fn write_queued(&mut self, t: usize, gen: u32, now: Instant) -> io::Result<()> {
-        let Some(conn) = self.conns.get_mut(t) else { return Ok(()) };
+        let Some(conn) = self.conns.get_mut(t) else {
+            return Ok(());
+        };
         if conn.core.loc.gen != gen {
             return Ok(());
         }
@@ -477,7 +537,9 @@ impl Worker {
         }
         let written = write_out(conn)?;
         if written > 0 {
-            self.b.metrics.with(|c, _| bump(&c.bytes_sent, written as u64));
+            self.b
+                .metrics
+                .with(|c, _| bump(&c.bytes_sent, written as u64));
         }
         let conn = &mut self.conns[t];
         if conn.pending.is_empty() {
@@ -494,12 +556,17 @@ impl Worker {
         } else {
             if conn.stalled_since.is_none() {
                 conn.stalled_since = Some(now);
-                self.wheel.insert(now + self.b.config.limits.write_timeout(), t as u32, gen);
+                self.wheel
+                    .insert(now + self.b.config.limits.write_timeout(), t as u32, gen);
             }
             if !conn.write_interest {
                 conn.write_interest = true;
                 if let Io::Tcp(s) = &mut conn.io {
-                    let _ = self.poll.registry().reregister(s, Token(t), Interest::READABLE | Interest::WRITABLE);
+                    let _ = self.poll.registry().reregister(
+                        s,
+                        Token(t),
+                        Interest::READABLE | Interest::WRITABLE,
+                    );
                 }
             }
         }
@@ -509,7 +576,9 @@ impl Worker {
     // ---- deadlines and close --------------------------------------------------------------
 
     fn check_deadline(&mut self, t: usize, gen: u32, now: Instant) {
-        let Some(conn) = self.conns.get(t) else { return };
+        let Some(conn) = self.conns.get(t) else {
+            return;
+        };
         if conn.core.loc.gen != gen {
             return;
         }
@@ -538,12 +607,15 @@ impl Worker {
             self.wheel.insert(d, t as u32, gen);
         }
         if let Some(since) = conn.stalled_since {
-            self.wheel.insert(since + limits.write_timeout(), t as u32, gen);
+            self.wheel
+                .insert(since + limits.write_timeout(), t as u32, gen);
         }
     }
 
     fn close(&mut self, t: usize, gen: u32, close: Close, now: Instant) {
-        let Some(conn) = self.conns.get_mut(t) else { return };
+        let Some(conn) = self.conns.get_mut(t) else {
+            return;
+        };
         if conn.core.loc.gen != gen {
             return;
         }
@@ -564,7 +636,9 @@ impl Worker {
         // One last attempt to write what is queued (the DISCONNECT, a refusing CONNACK); the
         // connection closes whether or not it succeeds.
         let _ = self.write_queued(t, gen, now);
-        let Some(conn) = self.conns.get_mut(t) else { return };
+        let Some(conn) = self.conns.get_mut(t) else {
+            return;
+        };
         if conn.core.loc.gen != gen {
             return;
         }
@@ -593,7 +667,11 @@ impl Worker {
         }
         self.listeners.clear();
         let now = Instant::now();
-        let tokens: Vec<(usize, u32)> = self.conns.iter().map(|(t, c)| (t, c.core.loc.gen)).collect();
+        let tokens: Vec<(usize, u32)> = self
+            .conns
+            .iter()
+            .map(|(t, c)| (t, c.core.loc.gen))
+            .collect();
         for (t, gen) in tokens {
             let b = self.b.clone();
             if let Some(conn) = self.conns.get_mut(t) {
@@ -678,7 +756,11 @@ fn decode_close(b: &Broker, core: &Connection, e: &DecodeError) -> Close {
         DecodeError::UnsupportedProtocol => "unsupported protocol version",
     };
     tracing::debug!(error = %e, protocol = ?core.protocol, "bad packet");
-    Close { reason, code: Some(code), message: Some(text) }
+    Close {
+        reason,
+        code: Some(code),
+        message: Some(text),
+    }
 }
 
 #[cfg(test)]
@@ -710,6 +792,10 @@ mod tests {
         assert_eq!(due, vec![(1, 1)]);
         due.clear();
         w.due(t0 + Duration::from_secs(103), &mut due);
-        assert_eq!(due, vec![(2, 1)], "a far deadline comes back within one wheel turn");
+        assert_eq!(
+            due,
+            vec![(2, 1)],
+            "a far deadline comes back within one wheel turn"
+        );
     }
 }

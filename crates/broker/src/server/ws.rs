@@ -22,9 +22,16 @@ fn reject(status: StatusCode, text: &str) -> ErrorResponse {
 }
 
 impl Callback for Upgrade {
-    fn on_request(self, request: &Request, mut response: Response) -> Result<Response, ErrorResponse> {
+    fn on_request(
+        self,
+        request: &Request,
+        mut response: Response,
+    ) -> Result<Response, ErrorResponse> {
         if request.uri().path() != self.path {
-            return Err(reject(StatusCode::NOT_FOUND, "no MQTT endpoint at this path"));
+            return Err(reject(
+                StatusCode::NOT_FOUND,
+                "no MQTT endpoint at this path",
+            ));
         }
         let offered = request
             .headers()
@@ -42,7 +49,10 @@ impl Callback for Upgrade {
                 }
                 Ok(response)
             }
-            None => Err(reject(StatusCode::BAD_REQUEST, "subprotocol `mqtt` required")),
+            None => Err(reject(
+                StatusCode::BAD_REQUEST,
+                "subprotocol `mqtt` required",
+            )),
         }
     }
 }
@@ -65,7 +75,9 @@ pub fn config(max_packet_size: u32) -> WebSocketConfig {
         .max_frame_size(Some(max))
 }
 
-fn progress(r: Result<WebSocket<TcpStream>, HandshakeError<ServerHandshake<TcpStream, Upgrade>>>) -> Progress {
+fn progress(
+    r: Result<WebSocket<TcpStream>, HandshakeError<ServerHandshake<TcpStream, Upgrade>>>,
+) -> Progress {
     match r {
         Ok(ws) => Progress::Done(Box::new(ws)),
         Err(HandshakeError::Interrupted(mid)) => Progress::Pending(Box::new(mid)),
@@ -74,8 +86,14 @@ fn progress(r: Result<WebSocket<TcpStream>, HandshakeError<ServerHandshake<TcpSt
 }
 
 pub fn start(stream: TcpStream, path: &str, max_packet_size: u32) -> Progress {
-    let up = Upgrade { path: path.to_string() };
-    progress(tungstenite::accept_hdr_with_config(stream, up, Some(config(max_packet_size))))
+    let up = Upgrade {
+        path: path.to_string(),
+    };
+    progress(tungstenite::accept_hdr_with_config(
+        stream,
+        up,
+        Some(config(max_packet_size)),
+    ))
 }
 
 pub fn resume(mid: Handshake) -> Progress {
