@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 ROUNDS=${ROUNDS:-3}
 PIN=${PIN:-1}
-SCENARIOS=${SCENARIOS:-"fanin0 fanin1 fanout p2p conns"}
+SCENARIOS=${SCENARIOS:-"fanin0 lat fanin1 fanout p2p conns"}
 DURATION=${DURATION:-8}
 OUT=${OUT:-$ROOT/target/bench/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -30,7 +30,7 @@ MOSQUITTO=$(command -v mosquitto || echo /usr/sbin/mosquitto)
 
 echo "building ballast (release)"
 cargo build --release -q -p ballast
-BALLAST=$ROOT/target/release/ballast
+BALLAST=${CARGO_TARGET_DIR:-$ROOT/target}/release/ballast
 
 ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 B_PORT=21883; M_PORT=21884
@@ -71,18 +71,40 @@ run() { # run NAME BROKER PORT PID ARGS...
     $GEN_CPU "$BALLAST" bench "${args[@]}" --out "$OUT/$name-$broker-r$round.json" 2>>"$OUT/progress.log" | tee -a "$OUT/tables.txt"
 }
 
+# The rate for `lat`: half of Mosquitto's max sustainable QoS 0 fan-in measured so far in this
+# run (LAT_RATE overrides).
+lat_rate() {
+    if [ -n "${LAT_RATE:-}" ]; then echo "$LAT_RATE"; return; fi
+    python3 - "$OUT" <<'PY'
+import glob, json, statistics, sys
+rates = [json.load(open(p))["max_sustainable_rate"] for p in glob.glob(sys.argv[1] + "/fanin0-mosquitto-r*.json")]
+print(int(statistics.median(rates) / 2) if rates else 50000)
+PY
+}
+
 scenario_args() {
     case $1 in
+        lat)    echo "pubsub --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 0 --payload 100 --rate $(lat_rate) --duration $DURATION --warmup 2 --progress false" ;;
         fanin0) echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 0 --payload 100 --duration $DURATION --warmup 2 --start-rate 20000 --factor 1.5 --progress false" ;;
         fanin1) echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 1 --payload 100 --duration $DURATION --warmup 2 --start-rate 5000 --factor 1.5 --progress false" ;;
         fanout) echo "ladder --addr @ADDR@ -p 1 -s 1000 --layout fan-out --qos 0 --payload 100 --duration $DURATION --warmup 2 --start-rate 20 --factor 1.5 --progress false" ;;
-        p2p)    echo "p2p --addr @ADDR@ -n 2000 -m 10 --interval-ms 1000 --drain 5" ;;
+        p2p)    echo "p2p --addr @ADDR@ -n 10000 -m 10 --interval-ms 1000 --drain 5" ;;
         conns)  echo "conns --addr @ADDR@ -n 19000 --steps 4 --pid @PID@" ;;
     esac
 }
 
+restart_brokers() {
+    kill "$B_PID" "$M_PID" 2>/dev/null || true
+    wait "$B_PID" "$M_PID" 2>/dev/null || true
+    start_ballast; start_mosquitto
+    wait_port $B_PORT; wait_port $M_PORT
+}
+
 for round in $(seq "$ROUNDS"); do
     for s in $SCENARIOS; do
+        # Memory per connection is measured on fresh brokers: memory freed by earlier
+        # scenarios and kept by the allocator would otherwise be counted against it.
+        if [ "$s" = conns ]; then restart_brokers; fi
         read -r -a A <<<"$(scenario_args "$s")"
         # Alternate which broker goes first each round.
         if [ $((round % 2)) -eq 1 ]; then order="ballast mosquitto"; else order="mosquitto ballast"; fi

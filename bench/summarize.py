@@ -32,6 +32,11 @@ for path in sorted(glob.glob(os.path.join(out, "*.json"))):
         if best:
             top = max(best, key=lambda s: s["rate"])
             add(scenario, "p99 ms at that rate", broker, top["result"]["latency"]["p99_ms"])
+    elif "delivered_ratio" in r:
+        add(scenario, "offered rate msg/s", broker, r["args"]["rate"])
+        add(scenario, "delivered %", broker, 100.0 * r["delivered_ratio"])
+        add(scenario, "p50 latency ms", broker, r["latency"]["p50_ms"])
+        add(scenario, "p99 latency ms", broker, r["latency"]["p99_ms"])
     elif "delivery_rate" in r and "clients" in r.get("args", {}):
         add(scenario, "delivery rate %", broker, 100.0 * r["delivery_rate"])
         add(scenario, "mean latency ms", broker, r["latency"]["mean_ms"])

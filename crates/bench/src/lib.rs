@@ -25,6 +25,27 @@ pub fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
+/// One latency histogram (microseconds, 1 us to 1 h, 3 significant digits) shared by all the
+/// receiving tasks of a run. One histogram of this range takes ~190 KB, too much to give each
+/// of thousands of connections its own; receivers record into it once per read batch.
+pub type SharedHist = std::sync::Arc<std::sync::Mutex<Histogram<u64>>>;
+
+pub fn shared_hist() -> SharedHist {
+    let h = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
+    std::sync::Arc::new(std::sync::Mutex::new(h))
+}
+
+/// Records latencies (microseconds) into the shared histogram.
+pub fn record_all(h: &SharedHist, us: &mut Vec<u64>) {
+    if us.is_empty() {
+        return;
+    }
+    let mut h = h.lock().unwrap_or_else(|e| e.into_inner());
+    for v in us.drain(..) {
+        h.saturating_record(v.max(1));
+    }
+}
+
 /// Latency percentiles in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Latency {

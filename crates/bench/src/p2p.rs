@@ -12,7 +12,6 @@ use ballast_codec::{
     Packet, Properties, Protocol, PubAck, Publish, QoS, SubOptions, Subscribe, SubscribeFilter,
 };
 use bytes::Bytes;
-use hdrhistogram::Histogram;
 use rand::Rng;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -138,13 +137,22 @@ pub async fn run(a: &P2pArgs) -> Result<P2pResult> {
     eprintln!("all connected; sending {} messages each", a.messages);
 
     let started = Instant::now();
+    let hist = crate::shared_hist();
     let mut tasks = JoinSet::new();
     for (k, c) in conns.into_iter().enumerate() {
         let (s, r) = c.context("missing connection")?;
         let a = a.clone();
         let counters = counters.clone();
         tasks.spawn(client_task(
-            k as u32, s, r, a, protocol, qos, run_id, counters,
+            k as u32,
+            s,
+            r,
+            a,
+            protocol,
+            qos,
+            run_id,
+            counters,
+            hist.clone(),
         ));
     }
     let progress = {
@@ -161,13 +169,13 @@ pub async fn run(a: &P2pArgs) -> Result<P2pResult> {
             }
         })
     };
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
     while let Some(r) = tasks.join_next().await {
-        hist.add(&r??)?;
+        r??;
     }
     progress.abort();
     let sent = counters.sent.load(Relaxed);
     let received = counters.received.load(Relaxed);
+    let latency = Latency::from_hist(&hist.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(P2pResult {
         args: a.clone(),
         sent,
@@ -177,7 +185,7 @@ pub async fn run(a: &P2pArgs) -> Result<P2pResult> {
         } else {
             received as f64 / sent as f64
         },
-        latency: Latency::from_hist(&hist),
+        latency,
     })
 }
 
@@ -191,9 +199,10 @@ async fn client_task(
     qos: QoS,
     run_id: u32,
     counters: Arc<Counters>,
-) -> Result<Histogram<u64>> {
+    hist: crate::SharedHist,
+) -> Result<()> {
     let (mut rd, mut wr) = s.split();
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+    let mut lat = Vec::new();
     let interval = Duration::from_millis(a.interval_ms.max(1));
     // A random phase so the clients do not all send in the same instant.
     let phase = Duration::from_millis(rand::rng().random_range(0..a.interval_ms.max(1)));
@@ -233,7 +242,7 @@ async fn client_task(
                         Packet::Publish(p) => {
                             if let Some((t, _, _)) = client::read_header(&p.payload) {
                                 counters.received.fetch_add(1, Relaxed);
-                                let _ = hist.record((now.saturating_sub(t) / 1000).max(1));
+                                lat.push(now.saturating_sub(t) / 1000);
                             }
                             match p.qos {
                                 QoS::AtLeastOnce => Packet::PubAck(PubAck { packet_id: p.packet_id, code: 0, properties: Properties::default() }).encode(protocol, &mut buf),
@@ -249,12 +258,13 @@ async fn client_task(
             }
             _ = tokio::time::sleep_until(end) => break,
         }
+        crate::record_all(&hist, &mut lat);
         if !buf.is_empty() {
             wr.write_all(&buf).await?;
             buf.clear();
         }
     }
-    Ok(hist)
+    Ok(())
 }
 
 pub fn print(r: &P2pResult) {

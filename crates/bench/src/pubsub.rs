@@ -14,7 +14,6 @@ use ballast_codec::{
     Packet, Properties, Protocol, PubAck, Publish, QoS, SubOptions, Subscribe, SubscribeFilter,
 };
 use bytes::Bytes;
-use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
@@ -181,12 +180,21 @@ pub async fn run(a: &PubSubArgs) -> Result<PubSubResult> {
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
+    let hist = crate::shared_hist();
     let mut sub_tasks = Vec::new();
     for (s, r) in subs {
         let sh = shared.clone();
         let stop = stop_rx.clone();
         let n = a.publishers as usize;
-        sub_tasks.push(tokio::spawn(subscriber(s, r, protocol, n, sh, stop)));
+        sub_tasks.push(tokio::spawn(subscriber(
+            s,
+            r,
+            protocol,
+            n,
+            sh,
+            hist.clone(),
+            stop,
+        )));
     }
     let mut pub_tasks = Vec::new();
     for i in 0..a.publishers {
@@ -248,15 +256,14 @@ pub async fn run(a: &PubSubArgs) -> Result<PubSubResult> {
         }
     }
     let _ = stop_tx.send(true);
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
     let (mut received, mut dups) = (0, 0);
     for t in sub_tasks {
         let s = t.await.context("subscriber task")??;
-        hist.add(&s.hist)?;
         received += s.received;
         dups += s.duplicates;
     }
     let secs = a.duration;
+    let latency = Latency::from_hist(&hist.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(PubSubResult {
         args: a.clone(),
         sent: sent_in_window,
@@ -271,7 +278,7 @@ pub async fn run(a: &PubSubArgs) -> Result<PubSubResult> {
         } else {
             received as f64 / expected as f64
         },
-        latency: Latency::from_hist(&hist),
+        latency,
     })
 }
 
@@ -320,14 +327,7 @@ async fn publisher(
                     }
                 }
             }
-            _ = ticker.tick(), if may_send && a.rate > 0 => {
-                let due = (started.elapsed().as_secs_f64() * per_pub_rate) as u64;
-                while (seq as u64) < due && inflight < window {
-                    in_window += encode_one(&mut buf, &mut payload, &topic, qos, protocol, index, seq, &sh);
-                    seq = seq.wrapping_add(1);
-                    if qos != QoS::AtMostOnce { inflight += 1; }
-                }
-            }
+            _ = ticker.tick(), if may_send && a.rate > 0 => {}
             _ = std::future::ready(()), if may_send && a.rate == 0 => {
                 let mut n = 0;
                 while n < 256 && inflight < window {
@@ -340,6 +340,27 @@ async fn publisher(
             _ = tokio::time::sleep(Duration::from_millis(50)), if stopping || !may_send => {
                 if stopping && started.elapsed() > Duration::from_secs_f64(a.warmup + a.duration + 10.0) {
                     break; // acknowledgements that never came are counted as lost by subscribers
+                }
+            }
+        }
+        // At a fixed rate, send what is due now: after a tick, and also after acknowledgements
+        // freed the window (else a full window would cap the rate at window per tick).
+        if a.rate > 0 && !sh.stop_publishing.load(Relaxed) {
+            let due = (started.elapsed().as_secs_f64() * per_pub_rate) as u64;
+            while (seq as u64) < due && inflight < window {
+                in_window += encode_one(
+                    &mut buf,
+                    &mut payload,
+                    &topic,
+                    qos,
+                    protocol,
+                    index,
+                    seq,
+                    &sh,
+                );
+                seq = seq.wrapping_add(1);
+                if qos != QoS::AtMostOnce {
+                    inflight += 1;
                 }
             }
         }
@@ -388,7 +409,6 @@ fn encode_one(
 }
 
 struct SubStats {
-    hist: Histogram<u64>,
     received: u64,
     duplicates: u64,
 }
@@ -399,14 +419,15 @@ async fn subscriber(
     protocol: Protocol,
     publishers: usize,
     sh: Arc<Shared>,
+    hist: crate::SharedHist,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<SubStats> {
     let (mut rd, mut wr) = s.split();
     let mut st = SubStats {
-        hist: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
         received: 0,
         duplicates: 0,
     };
+    let mut lat = Vec::new();
     // Deliveries from one publisher on one topic arrive in order, so a sequence number not
     // above the last one seen is a duplicate.
     let mut last: Vec<i64> = vec![-1; publishers];
@@ -438,14 +459,14 @@ async fn subscriber(
                             *l = seq as i64;
                             if t >= sh.window_start_ns && t < sh.window_end_ns {
                                 st.received += 1;
-                                let us = now.saturating_sub(t) / 1000;
-                                let _ = st.hist.record(us.max(1));
+                                lat.push(now.saturating_sub(t) / 1000);
                             }
                         }
                         Packet::PubRel(a) => Packet::PubComp(PubAck { packet_id: a.packet_id, code: 0, properties: Properties::default() }).encode(protocol, &mut acks),
                         _ => {}
                     }
                 }
+                crate::record_all(&hist, &mut lat);
                 if !acks.is_empty() {
                     wr.write_all(&acks).await?;
                     acks.clear();

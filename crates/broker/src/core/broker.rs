@@ -183,7 +183,7 @@ impl Broker {
                     st.out.clear();
                     st.flush_pending = false;
                     st.backlog = 0;
-                    st.aliases.clear();
+                    st.aliases = None;
                     st.params = params;
                     st.expiry_secs = expiry_secs;
                     st.disconnected_at = None;
@@ -249,7 +249,7 @@ impl Broker {
             st.out.clear();
             st.flush_pending = false;
             st.backlog = 0;
-            st.aliases.clear();
+            st.aliases = None;
             st.disconnected_at = Some(now);
             session.connected.store(false, Ordering::Relaxed);
             (st.expiry_secs == 0, st.take_shared())
@@ -313,8 +313,8 @@ impl Broker {
         if !shared.is_empty() {
             self.redistribute(session.id, shared, now);
         }
-        if let Some((_, will)) = will {
-            self.publish_will(will, now);
+        if let Some(will) = will {
+            self.publish_will(will.1, now);
         }
     }
 
@@ -337,11 +337,9 @@ impl Broker {
                 if st.conn.is_some() {
                     continue;
                 }
-                if let Some((due, _)) = &st.delayed_will {
-                    if *due <= now {
-                        if let Some((_, w)) = st.delayed_will.take() {
-                            wills.push(w);
-                        }
+                if st.delayed_will.as_ref().is_some_and(|w| w.0 <= now) {
+                    if let Some(w) = st.delayed_will.take() {
+                        wills.push(w.1);
                     }
                 }
                 if let Some(at) = st.disconnected_at {

@@ -224,12 +224,14 @@ impl Connection {
                 Ok(())
             }
             Packet::PubRel(a) => {
-                let known = self
-                    .session()
-                    .state
-                    .lock()
-                    .incoming_qos2
-                    .remove(&a.packet_id);
+                let known = {
+                    let mut st = self.session().state.lock();
+                    let ids = &mut st.incoming_qos2;
+                    ids.iter()
+                        .position(|id| *id == a.packet_id)
+                        .map(|i| ids.swap_remove(i))
+                        .is_some()
+                };
                 let code = if known {
                     0
                 } else {
@@ -568,7 +570,7 @@ impl Connection {
             QoS::AtLeastOnce => self.send(b, &Packet::PubAck(ack)),
             QoS::ExactlyOnce => {
                 if code == ReasonCode::Success {
-                    session.state.lock().incoming_qos2.insert(p.packet_id);
+                    session.state.lock().incoming_qos2.push(p.packet_id);
                 }
                 self.send(b, &Packet::PubRec(ack));
             }
@@ -738,7 +740,7 @@ impl Connection {
                 // Taken over by a new connection: the will is cancelled [MQTT-3.1.3-9].
                 if st.conn.is_none() && !st.ended {
                     let due = now + Duration::from_secs(w.delay_secs as u64);
-                    st.delayed_will = Some((due, w.at(due)));
+                    st.delayed_will = Some(Box::new((due, w.at(due))));
                 }
             }
         }
