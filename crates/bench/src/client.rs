@@ -144,6 +144,34 @@ pub async fn connect(
     }
 }
 
+/// Subscribes to one filter and waits for a SUBACK that grants it.
+pub async fn subscribe(
+    s: &mut TcpStream,
+    r: &mut Reader,
+    protocol: Protocol,
+    filter: String,
+    qos: ballast_codec::QoS,
+) -> Result<()> {
+    let sub = Packet::Subscribe(ballast_codec::Subscribe {
+        packet_id: 1,
+        filters: vec![ballast_codec::SubscribeFilter {
+            filter,
+            options: ballast_codec::SubOptions {
+                qos,
+                ..Default::default()
+            },
+        }],
+        properties: Properties::default(),
+    });
+    let mut buf = Vec::new();
+    sub.encode(protocol, &mut buf);
+    s.write_all(&buf).await?;
+    match r.next(s, protocol).await? {
+        Packet::SubAck(ack) if ack.codes.first().is_some_and(|c| *c < 0x80) => Ok(()),
+        other => bail!("subscribe refused: {other:?}"),
+    }
+}
+
 /// The benchmark header at the front of every payload: send time and sequence.
 pub const HEADER: usize = 16;
 

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ballast_codec::{
-    Packet, Properties, Protocol, PubAck, Publish, QoS, SubOptions, Subscribe, SubscribeFilter,
-};
+use ballast_codec::{Packet, Properties, Protocol, PubAck, Publish, QoS};
 use bytes::Bytes;
 use rand::Rng;
 use serde::Serialize;
@@ -108,24 +106,8 @@ pub async fn run(a: &P2pArgs) -> Result<P2pResult> {
             set.spawn(async move {
                 let (mut s, mut r) =
                     client::connect(addr, &format!("p2p-{run_id:08x}-{i}"), &o).await?;
-                let sub = Packet::Subscribe(Subscribe {
-                    packet_id: 1,
-                    filters: vec![SubscribeFilter {
-                        filter: topic,
-                        options: SubOptions {
-                            qos,
-                            ..Default::default()
-                        },
-                    }],
-                    properties: Properties::default(),
-                });
-                let mut buf = Vec::new();
-                sub.encode(protocol, &mut buf);
-                s.write_all(&buf).await?;
-                match r.next(&mut s, protocol).await? {
-                    Packet::SubAck(_) => Ok::<_, anyhow::Error>((i, s, r)),
-                    other => bail!("expected SUBACK, got {}", other.name()),
-                }
+                client::subscribe(&mut s, &mut r, protocol, topic, qos).await?;
+                Ok::<_, anyhow::Error>((i, s, r))
             });
             i += 1;
         }

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ballast_codec::{
-    Packet, Properties, Protocol, PubAck, Publish, QoS, SubOptions, Subscribe, SubscribeFilter,
-};
+use ballast_codec::{Packet, Properties, Protocol, PubAck, Publish, QoS};
 use bytes::Bytes;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -142,24 +140,7 @@ pub async fn run(a: &PubSubArgs) -> Result<PubSubResult> {
             ..Default::default()
         };
         let (mut s, mut r) = client::connect(a.addr, &id, &o).await?;
-        let sub = Packet::Subscribe(Subscribe {
-            packet_id: 1,
-            filters: vec![SubscribeFilter {
-                filter,
-                options: SubOptions {
-                    qos,
-                    ..Default::default()
-                },
-            }],
-            properties: Properties::default(),
-        });
-        let mut buf = Vec::new();
-        sub.encode(protocol, &mut buf);
-        s.write_all(&buf).await?;
-        match r.next(&mut s, protocol).await? {
-            Packet::SubAck(ack) if ack.codes.first().is_some_and(|c| *c < 0x80) => {}
-            other => bail!("subscribe refused: {other:?}"),
-        }
+        client::subscribe(&mut s, &mut r, protocol, filter, qos).await?;
         subs.push((s, r));
     }
     let per_message = match a.layout {
