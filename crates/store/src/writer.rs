@@ -1,0 +1,236 @@
+//! Group commit: many submitters, one writer thread, one sync per group.
+//!
+//! A submitter appends operations under a short lock and gets a ticket (the number of its
+//! submission). The writer thread takes everything submitted so far, applies it as one group,
+//! then publishes the highest ticket it covered and calls the commit hook, which the broker
+//! uses to wake the loop threads holding acknowledgements back. Tickets resolve in order, so
+//! "ticket <= durable" is the whole completion protocol; a failed group is remembered as a
+//! range of tickets so its submitters can tell their clients.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::{Op, Store};
+
+/// How a submission ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Pending,
+    Durable,
+    Failed,
+}
+
+/// Counters of the writer, read by the metrics endpoint.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    pub commits: AtomicU64,
+    pub ops: AtomicU64,
+    pub failed_commits: AtomicU64,
+    pub failed_ops: AtomicU64,
+    /// Sum of commit durations in microseconds.
+    pub commit_micros: AtomicU64,
+    /// Operations submitted and not yet committed.
+    pub backlog_ops: AtomicU64,
+    pub backlog_bytes: AtomicU64,
+}
+
+type Hook = Box<dyn Fn(u64) + Send + Sync>;
+
+struct Pending {
+    ops: Vec<Op>,
+    bytes: usize,
+    /// Ticket of the latest submission.
+    last: u64,
+    closed: bool,
+}
+
+struct Shared {
+    store: Arc<dyn Store>,
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    /// Every ticket up to this one is resolved (durable, or failed as recorded).
+    durable: AtomicU64,
+    /// Ranges of tickets whose group failed, oldest first; adjacent ranges are merged.
+    failed: Mutex<VecDeque<(u64, u64)>>,
+    stats: WriterStats,
+    on_commit: Hook,
+}
+
+pub struct Writer {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Failed ranges kept for late readers; older ones are forgotten.
+const FAILED_RANGES: usize = 1024;
+
+impl Writer {
+    /// Starts the writer thread. `on_commit(ticket)` runs on it after each group resolves.
+    pub fn start(store: Arc<dyn Store>, on_commit: Hook) -> Writer {
+        let shared = Arc::new(Shared {
+            store,
+            pending: Mutex::new(Pending {
+                ops: Vec::new(),
+                bytes: 0,
+                last: 0,
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            durable: AtomicU64::new(0),
+            failed: Mutex::new(VecDeque::new()),
+            stats: WriterStats::default(),
+            on_commit,
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("ballast-store".into())
+            .spawn(move || run(&s))
+            .expect("spawn store writer");
+        Writer {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        }
+    }
+
+    /// Queues operations (taken out of `ops`) as one submission; returns its ticket, or 0
+    /// when there was nothing to submit.
+    pub fn submit(&self, ops: &mut Vec<Op>) -> u64 {
+        if ops.is_empty() {
+            return 0;
+        }
+        let bytes: usize = ops.iter().map(Op::cost).sum();
+        let n = ops.len() as u64;
+        let mut p = self.shared.pending.lock();
+        let was_empty = p.ops.is_empty();
+        p.ops.append(ops);
+        p.bytes += bytes;
+        p.last += 1;
+        let ticket = p.last;
+        drop(p);
+        self.shared
+            .stats
+            .backlog_ops
+            .fetch_add(n, Ordering::Relaxed);
+        self.shared
+            .stats
+            .backlog_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        if was_empty {
+            self.shared.wake.notify_one();
+        }
+        ticket
+    }
+
+    /// The highest ticket resolved so far.
+    pub fn durable(&self) -> u64 {
+        self.shared.durable.load(Ordering::Acquire)
+    }
+
+    pub fn outcome(&self, ticket: u64) -> Outcome {
+        if ticket > self.durable() {
+            return Outcome::Pending;
+        }
+        let failed = self.shared.failed.lock();
+        if failed
+            .iter()
+            .rev()
+            .any(|&(a, b)| a <= ticket && ticket <= b)
+        {
+            Outcome::Failed
+        } else {
+            Outcome::Durable
+        }
+    }
+
+    /// Bytes submitted and not yet committed.
+    pub fn backlog_bytes(&self) -> u64 {
+        self.shared.stats.backlog_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn stats(&self) -> &WriterStats {
+        &self.shared.stats
+    }
+
+    /// Commits what is queued and stops the thread. Later submissions are dropped.
+    pub fn close(&self) {
+        self.shared.pending.lock().closed = true;
+        self.shared.wake.notify_one();
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Waits until `ticket` is resolved (for code outside the loop threads: start-up, tests).
+    pub fn wait(&self, ticket: u64, timeout: Duration) -> Outcome {
+        let deadline = Instant::now() + timeout;
+        while self.outcome(ticket) == Outcome::Pending && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.outcome(ticket)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn run(s: &Shared) {
+    let mut logged_failure_at: Option<Instant> = None;
+    loop {
+        let (ops, bytes, upto) = {
+            let mut p = s.pending.lock();
+            while p.ops.is_empty() && !p.closed {
+                s.wake.wait(&mut p);
+            }
+            if p.ops.is_empty() {
+                return;
+            }
+            let bytes = std::mem::take(&mut p.bytes);
+            (std::mem::take(&mut p.ops), bytes, p.last)
+        };
+        let started = Instant::now();
+        let result = s.store.apply(&ops);
+        let n = ops.len() as u64;
+        let st = &s.stats;
+        st.commits.fetch_add(1, Ordering::Relaxed);
+        st.commit_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        st.backlog_ops.fetch_sub(n, Ordering::Relaxed);
+        st.backlog_bytes.fetch_sub(bytes as u64, Ordering::Relaxed);
+        match result {
+            Ok(()) => {
+                st.ops.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) => {
+                st.failed_commits.fetch_add(1, Ordering::Relaxed);
+                st.failed_ops.fetch_add(n, Ordering::Relaxed);
+                let from = s.durable.load(Ordering::Relaxed) + 1;
+                {
+                    let mut f = s.failed.lock();
+                    match f.back_mut() {
+                        Some(last) if last.1 + 1 == from => last.1 = upto,
+                        _ => f.push_back((from, upto)),
+                    }
+                    if f.len() > FAILED_RANGES {
+                        f.pop_front();
+                    }
+                }
+                // One line per second at most: a full disk fails every group.
+                if logged_failure_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    logged_failure_at = Some(Instant::now());
+                    tracing::error!(error = %e, ops = n, "store write failed; durable publishes are refused");
+                }
+            }
+        }
+        drop(ops);
+        s.durable.store(upto, Ordering::Release);
+        (s.on_commit)(upto);
+    }
+}
