@@ -72,6 +72,22 @@ pub struct ServeArgs {
     /// broker.workers].
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+
+    /// How durably QoS 1/2 messages for persistent sessions, their subscriptions and retained
+    /// messages are written before the client is told they are taken: fsync (survives power
+    /// loss), os (survives a crash of the broker), none (memory only) [default: fsync; file
+    /// key: broker.store.durability].
+    #[arg(long, value_name = "MODE", value_parser = parse_durability)]
+    pub durability: Option<ballast_broker::Durability>,
+}
+
+fn parse_durability(s: &str) -> Result<ballast_broker::Durability, String> {
+    match s {
+        "fsync" => Ok(ballast_broker::Durability::Fsync),
+        "os" => Ok(ballast_broker::Durability::Os),
+        "none" => Ok(ballast_broker::Durability::None),
+        _ => Err("expected fsync, os or none".to_string()),
+    }
 }
 
 #[cfg(test)]

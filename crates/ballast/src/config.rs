@@ -160,6 +160,9 @@ pub fn apply_overrides(config: &mut ServeConfig, args: &ServeArgs, rust_log: Opt
     if let Some(n) = args.workers {
         config.broker.workers = n;
     }
+    if let Some(d) = args.durability {
+        config.broker.store.durability = d;
+    }
     if let Some(level) = args
         .log_level
         .clone()
@@ -190,6 +193,7 @@ fn flag_for_key(key: &str, args: &ServeArgs) -> Option<&'static str> {
         "broker.mqtt" if args.mqtt.is_some() => Some("--mqtt"),
         "broker.ws" if args.ws.is_some() => Some("--ws"),
         "broker.workers" if args.workers.is_some() => Some("--workers"),
+        "broker.store.durability" if args.durability.is_some() => Some("--durability"),
         "http" if args.http.is_some() => Some("--http"),
         "data_dir" if args.data.is_some() => Some("--data"),
         "log_level" if args.log_level.is_some() => Some("--log-level"),

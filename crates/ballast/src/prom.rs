@@ -186,6 +186,56 @@ impl Collector for BrokerCollector {
             "Subscriptions held now",
             s.subscriptions,
         )?;
+        counter(
+            e,
+            "ballast_store_refused",
+            "QoS 1/2 publishes refused because the store could not write them",
+            s.store_refused,
+        )?;
+        if let Some(st) = &s.store {
+            counter(
+                e,
+                "ballast_store_commits",
+                "Groups of writes committed to the store (one sync each with fsync)",
+                st.commits,
+            )?;
+            counter(
+                e,
+                "ballast_store_ops",
+                "Writes committed to the store",
+                st.ops,
+            )?;
+            counter(
+                e,
+                "ballast_store_failed_commits",
+                "Groups of writes the store failed to commit",
+                st.failed_commits,
+            )?;
+            counter(
+                e,
+                "ballast_store_failed_ops",
+                "Writes lost in failed commits",
+                st.failed_ops,
+            )?;
+            counter(
+                e,
+                "ballast_store_commit_microseconds",
+                "Time spent committing to the store",
+                st.commit_micros,
+            )?;
+            gauge(
+                e,
+                "ballast_store_backlog_ops",
+                "Writes waiting for the store",
+                st.backlog_ops,
+            )?;
+            gauge(
+                e,
+                "ballast_store_backlog_bytes",
+                "Bytes of writes waiting for the store",
+                st.backlog_bytes,
+            )?;
+        }
         Ok(())
     }
 }
@@ -220,6 +270,16 @@ mod tests {
             closed: vec![("peer_closed", 2), ("client_disconnect", 1)],
             limit_hits: vec![("max_packet_size", 1)],
             protocol_errors: vec![(0x81, 1)],
+            store_refused: 17,
+            store: Some(ballast_broker::StoreSnapshot {
+                commits: 18,
+                ops: 19,
+                failed_commits: 20,
+                failed_ops: 21,
+                commit_micros: 22,
+                backlog_ops: 23,
+                backlog_bytes: 24,
+            }),
         };
         let source: SnapshotSource = Arc::new(move || Some(snapshot.clone()));
         let text = encode(&registry(source)).unwrap();
@@ -242,6 +302,14 @@ mod tests {
             "ballast_sessions 4",
             "ballast_retained_messages 5",
             "ballast_subscriptions 6",
+            "ballast_store_refused_total 17",
+            "ballast_store_commits_total 18",
+            "ballast_store_ops_total 19",
+            "ballast_store_failed_commits_total 20",
+            "ballast_store_failed_ops_total 21",
+            "ballast_store_commit_microseconds_total 22",
+            "ballast_store_backlog_ops 23",
+            "ballast_store_backlog_bytes 24",
             "# TYPE ballast_connections gauge",
             "# TYPE ballast_messages_received counter",
         ] {

@@ -96,15 +96,19 @@ fn serve(config: ServeConfig) -> anyhow::Result<()> {
         Err(e) => warn!("cannot raise the open files limit: {e}"),
     }
 
+    let mut config = config;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
     let data_dir = config
         .data_dir
         .canonicalize()
         .unwrap_or_else(|_| config.data_dir.clone());
-    // Durable storage is not implemented yet: the directory is created and reported so that
-    // deployments mount it from day one.
-    info!("data directory {}", data_dir.display());
+    info!(
+        durability = ?config.broker.store.durability,
+        "data directory {}",
+        data_dir.display()
+    );
+    config.broker.store.data_dir = data_dir;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

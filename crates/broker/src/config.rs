@@ -4,6 +4,7 @@
 //! with, and `validate()` rejects values that cannot work, naming the key.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,44 @@ pub struct BrokerConfig {
     pub shared_subscription_strategy: SharedStrategy,
     /// How often `$SYS/broker/...` topics are published, in seconds; 0 disables them.
     pub sys_interval_secs: u64,
+    /// What survives a restart, and how durably.
+    pub store: StoreConfig,
+}
+
+/// How far a QoS 1/2 message for a persistent session, a persistent session's subscriptions
+/// and a retained message must be written before the client is told they are taken.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Synced to the disk (group commit: one sync for many messages). Survives power loss.
+    Fsync,
+    /// Written to the operating system. Survives a crash of the broker, not of the machine.
+    Os,
+    /// Kept in memory only: nothing survives a restart. For benchmarks and tests.
+    None,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    pub durability: Durability,
+    /// Where the embedded store keeps its files (created if missing; one broker at a time).
+    /// Not read from the file: `ballast serve` sets it from its top-level `data_dir`.
+    #[serde(skip)]
+    pub data_dir: PathBuf,
+    /// Bytes of writes waiting for the store before publishers that need it are paused (their
+    /// sockets are not read until the store catches up).
+    pub max_backlog_bytes: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            durability: Durability::Fsync,
+            data_dir: PathBuf::from("data"),
+            max_backlog_bytes: 64 * 1024 * 1024,
+        }
+    }
 }
 
 impl Default for BrokerConfig {
@@ -36,6 +75,7 @@ impl Default for BrokerConfig {
             limits: Limits::default(),
             shared_subscription_strategy: SharedStrategy::RoundRobin,
             sys_interval_secs: 10,
+            store: StoreConfig::default(),
         }
     }
 }
@@ -137,6 +177,12 @@ impl BrokerConfig {
         }
         if self.workers > 256 {
             return Err(bad("workers", "at most 256"));
+        }
+        if self.store.durability != Durability::None && self.store.data_dir.as_os_str().is_empty() {
+            return Err(bad("store.data_dir", "must not be empty"));
+        }
+        if self.store.max_backlog_bytes < 1024 * 1024 {
+            return Err(bad("store.max_backlog_bytes", "must be at least 1048576"));
         }
         self.limits.validate()
     }

@@ -17,6 +17,6 @@ pub mod metrics;
 mod server;
 pub mod topic_index;
 
-pub use config::{BrokerConfig, ConfigError, Limits, SharedStrategy};
-pub use metrics::{CloseReason, Limit, MetricsSnapshot};
-pub use server::{start, BrokerHandle, StartError};
+pub use config::{BrokerConfig, ConfigError, Durability, Limits, SharedStrategy, StoreConfig};
+pub use metrics::{CloseReason, Limit, MetricsSnapshot, StoreSnapshot};
+pub use server::{start, start_with_store, BrokerHandle, StartError};

@@ -38,10 +38,12 @@ pub enum CloseReason {
     LimitExceeded,
     /// The broker is shutting down.
     ServerShutdown,
+    /// A 3.1.1 client's publish could not be stored (3.1.1 has no negative acknowledgement).
+    StoreFailure,
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 14] = [
+    pub const ALL: [CloseReason; 15] = [
         CloseReason::ClientDisconnect,
         CloseReason::ClientDisconnectWithWill,
         CloseReason::PeerClosed,
@@ -56,6 +58,7 @@ impl CloseReason {
         CloseReason::ConnectRefused,
         CloseReason::LimitExceeded,
         CloseReason::ServerShutdown,
+        CloseReason::StoreFailure,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -74,6 +77,7 @@ impl CloseReason {
             CloseReason::ConnectRefused => "connect_refused",
             CloseReason::LimitExceeded => "limit_exceeded",
             CloseReason::ServerShutdown => "server_shutdown",
+            CloseReason::StoreFailure => "store_failure",
         }
     }
 
@@ -104,10 +108,12 @@ pub enum Limit {
     TopicAliasMaximum,
     MaxRetainedMessages,
     OutgoingPacketSize,
+    /// A publisher paused because the store's backlog was over `store.max_backlog_bytes`.
+    StoreBacklog,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 16] = [
+    pub const ALL: [Limit; 17] = [
         Limit::MaxConnections,
         Limit::ConnectTimeout,
         Limit::MaxPacketSize,
@@ -124,6 +130,7 @@ impl Limit {
         Limit::TopicAliasMaximum,
         Limit::MaxRetainedMessages,
         Limit::OutgoingPacketSize,
+        Limit::StoreBacklog,
     ];
 
     /// The config key of the limit (under `limits.`), or what was exceeded.
@@ -145,6 +152,7 @@ impl Limit {
             Limit::TopicAliasMaximum => "topic_alias_maximum",
             Limit::MaxRetainedMessages => "max_retained_messages",
             Limit::OutgoingPacketSize => "client_maximum_packet_size",
+            Limit::StoreBacklog => "store.max_backlog_bytes",
         }
     }
 
@@ -166,6 +174,8 @@ pub(crate) struct ThreadCounters {
     pub messages_dropped: AtomicU64,
     pub messages_expired: AtomicU64,
     pub connections_accepted: AtomicU64,
+    /// QoS 1/2 publishes refused because the store could not write them.
+    pub store_refused: AtomicU64,
     pub closed: [AtomicU64; CloseReason::ALL.len()],
     pub limits: [AtomicU64; Limit::ALL.len()],
     /// Protocol errors by MQTT reason code (0x80..=0xA2 -> index code - 0x80).
@@ -186,6 +196,7 @@ impl Default for ThreadCounters {
             messages_dropped: z(),
             messages_expired: z(),
             connections_accepted: z(),
+            store_refused: z(),
             closed: std::array::from_fn(|_| z()),
             limits: std::array::from_fn(|_| z()),
             protocol_errors: std::array::from_fn(|_| z()),
@@ -289,6 +300,7 @@ impl Metrics {
             s.messages_dropped += c.messages_dropped.load(Relaxed);
             s.messages_expired += c.messages_expired.load(Relaxed);
             s.connections_accepted += c.connections_accepted.load(Relaxed);
+            s.store_refused += c.store_refused.load(Relaxed);
             for (i, v) in c.closed.iter().enumerate() {
                 closed[i] += v.load(Relaxed);
             }
@@ -349,4 +361,38 @@ pub struct MetricsSnapshot {
     pub limit_hits: Vec<(&'static str, u64)>,
     /// Protocol errors, by MQTT 5 reason code (only non-zero entries).
     pub protocol_errors: Vec<(u8, u64)>,
+    /// QoS 1/2 publishes refused because the store could not write them.
+    pub store_refused: u64,
+    /// The store writer's figures; `None` with `durability = "none"`.
+    pub store: Option<StoreSnapshot>,
+}
+
+/// The store writer's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreSnapshot {
+    /// Groups committed (one sync each with `fsync`).
+    pub commits: u64,
+    /// Operations written.
+    pub ops: u64,
+    pub failed_commits: u64,
+    pub failed_ops: u64,
+    /// Time spent committing, in microseconds.
+    pub commit_micros: u64,
+    /// Operations and bytes waiting to be written.
+    pub backlog_ops: u64,
+    pub backlog_bytes: u64,
+}
+
+impl StoreSnapshot {
+    pub fn of(w: &ballast_store::WriterStats) -> StoreSnapshot {
+        StoreSnapshot {
+            commits: w.commits.load(Relaxed),
+            ops: w.ops.load(Relaxed),
+            failed_commits: w.failed_commits.load(Relaxed),
+            failed_ops: w.failed_ops.load(Relaxed),
+            commit_micros: w.commit_micros.load(Relaxed),
+            backlog_ops: w.backlog_ops.load(Relaxed),
+            backlog_bytes: w.backlog_bytes.load(Relaxed),
+        }
+    }
 }

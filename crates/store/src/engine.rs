@@ -85,6 +85,19 @@ impl FjallStore {
         self.db.disk_space().map_err(|e| engine(&self.path, e))
     }
 
+    /// The sid of the stored record of `client_id`, if there is one.
+    fn session_sid(&self, client_id: &str) -> Result<Option<u64>, StoreError> {
+        let Some(v) = self
+            .sessions
+            .get(client_id.as_bytes())
+            .map_err(|e| engine(&self.path, e))?
+        else {
+            return Ok(None);
+        };
+        let s: StoredSession = record::decode("session", client_id.as_bytes(), &v)?;
+        Ok(Some(s.sid))
+    }
+
     fn remove_prefix(
         &self,
         batch: &mut fjall::OwnedWriteBatch,
@@ -103,13 +116,23 @@ impl Store for FjallStore {
     fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
         let _one = self.apply_lock.lock();
         let mut b = self.db.batch();
+        // Session records put earlier in this group (not yet readable from the keyspace).
+        let mut put: std::collections::HashMap<&str, u64> = Default::default();
         for op in ops {
             match op {
                 Op::PutSession(s) => {
+                    put.insert(&s.client_id, s.sid);
                     b.insert(&self.sessions, s.client_id.as_bytes(), record::encode(s))
                 }
                 Op::RemoveSession { client_id, sid } => {
-                    b.remove(&self.sessions, client_id.as_bytes());
+                    let owner = match put.get(client_id.as_str()) {
+                        Some(&owner) => Some(owner),
+                        None => self.session_sid(client_id)?,
+                    };
+                    if owner == Some(*sid) {
+                        put.remove(client_id.as_str());
+                        b.remove(&self.sessions, client_id.as_bytes());
+                    }
                     self.remove_prefix(&mut b, &self.queue, &sid.to_be_bytes())?;
                     self.remove_prefix(&mut b, &self.incoming, &sid.to_be_bytes())?;
                 }
@@ -148,6 +171,7 @@ impl Store for FjallStore {
         for kv in self.sessions.iter() {
             let (k, v) = kv.into_inner().map_err(e)?;
             let s: StoredSession = record::decode("session", &k, &v)?;
+            snap.max_sid = snap.max_sid.max(s.sid);
             by_sid.insert(s.sid, snap.sessions.len());
             snap.sessions.push(LoadedSession {
                 session: s,
@@ -161,7 +185,7 @@ impl Store for FjallStore {
             let entry: StoredQueued = record::decode("queue", &k, &v)?;
             match by_sid.get(&sid) {
                 Some(&i) => snap.sessions[i].queue.push((seq, entry)),
-                None => snap.orphans += 1,
+                None => snap.orphan(sid),
             }
         }
         for kv in self.incoming.iter() {
@@ -169,7 +193,7 @@ impl Store for FjallStore {
             let (sid, pid) = record::parse_incoming_key(&k)?;
             match by_sid.get(&sid) {
                 Some(&i) => snap.sessions[i].incoming.push(pid),
-                None => snap.orphans += 1,
+                None => snap.orphan(sid),
             }
         }
         for kv in self.retained.iter() {

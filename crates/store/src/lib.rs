@@ -103,7 +103,9 @@ impl StoredQueued {
 pub enum Op {
     /// Creates or replaces a session record.
     PutSession(StoredSession),
-    /// Removes a session with everything it holds (queue, received packet ids).
+    /// Removes a session with everything it holds (queue, received packet ids). The record
+    /// under `client_id` is removed only while it still belongs to `sid`: a newer session of
+    /// the same client, written earlier by another thread, is left alone.
     RemoveSession {
         client_id: String,
         sid: u64,
@@ -178,6 +180,20 @@ pub struct Snapshot {
     pub retained: Vec<StoredMessage>,
     /// Queue entries and packet ids whose session record was missing (skipped).
     pub orphans: usize,
+    /// The session ids those belong to, for removal.
+    pub orphan_sids: Vec<u64>,
+    /// The highest session id found anywhere: new sessions are numbered above it.
+    pub max_sid: u64,
+}
+
+impl Snapshot {
+    fn orphan(&mut self, sid: u64) {
+        self.orphans += 1;
+        self.max_sid = self.max_sid.max(sid);
+        if !self.orphan_sids.contains(&sid) {
+            self.orphan_sids.push(sid);
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

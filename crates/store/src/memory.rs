@@ -45,7 +45,9 @@ impl Store for MemoryStore {
                     st.sessions.insert(s.client_id.clone(), s.clone());
                 }
                 Op::RemoveSession { client_id, sid } => {
-                    st.sessions.remove(client_id);
+                    if st.sessions.get(client_id).is_some_and(|s| s.sid == *sid) {
+                        st.sessions.remove(client_id);
+                    }
                     let sid = *sid;
                     st.queue.retain(|k, _| k.0 != sid);
                     st.incoming.retain(|k| k.0 != sid);
@@ -83,6 +85,7 @@ impl Store for MemoryStore {
         let mut sessions: Vec<&StoredSession> = st.sessions.values().collect();
         sessions.sort_by(|a, b| a.client_id.cmp(&b.client_id));
         for s in sessions {
+            snap.max_sid = snap.max_sid.max(s.sid);
             by_sid.insert(s.sid, snap.sessions.len());
             snap.sessions.push(LoadedSession {
                 session: s.clone(),
@@ -93,13 +96,13 @@ impl Store for MemoryStore {
         for (&(sid, seq), e) in &st.queue {
             match by_sid.get(&sid) {
                 Some(&i) => snap.sessions[i].queue.push((seq, e.clone())),
-                None => snap.orphans += 1,
+                None => snap.orphan(sid),
             }
         }
         for &(sid, pid) in &st.incoming {
             match by_sid.get(&sid) {
                 Some(&i) => snap.sessions[i].incoming.push(pid),
-                None => snap.orphans += 1,
+                None => snap.orphan(sid),
             }
         }
         let mut retained: Vec<StoredMessage> = st.retained.values().cloned().collect();

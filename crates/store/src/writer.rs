@@ -128,7 +128,7 @@ impl Writer {
 
     /// The highest ticket resolved so far.
     pub fn durable(&self) -> u64 {
-        self.shared.durable.load(Ordering::Acquire)
+        self.shared.durable.load(Ordering::SeqCst)
     }
 
     pub fn outcome(&self, ticket: u64) -> Outcome {
@@ -230,7 +230,7 @@ fn run(s: &Shared) {
             }
         }
         drop(ops);
-        s.durable.store(upto, Ordering::Release);
+        s.durable.store(upto, Ordering::SeqCst);
         (s.on_commit)(upto);
     }
 }

@@ -162,6 +162,50 @@ fn contract(store: &dyn Store) {
     assert_eq!(snap.sessions.len(), 1);
     assert_eq!(snap.sessions[0].session.sid, 3);
     assert_eq!(snap.sessions[0].queue, vec![(1, queued(&m1))]);
+
+    // Removing an older session of the same client leaves the newer record alone, whether
+    // the newer one was written in an earlier group or earlier in the same group.
+    store
+        .apply(&[Op::RemoveSession {
+            client_id: "c1".into(),
+            sid: 1,
+        }])
+        .unwrap();
+    store
+        .apply(&[
+            Op::PutSession(session("c9", 8)),
+            Op::RemoveSession {
+                client_id: "c9".into(),
+                sid: 7,
+            },
+        ])
+        .unwrap();
+    let snap = store.load().unwrap();
+    let sids: Vec<u64> = snap.sessions.iter().map(|s| s.session.sid).collect();
+    assert_eq!(sids, vec![3, 8]);
+    assert_eq!(snap.sessions[0].queue.len(), 1);
+    assert_eq!(snap.max_sid, 8);
+
+    // Queue entries without a session are reported, not loaded.
+    store
+        .apply(&[Op::PutQueued {
+            sid: 20,
+            seq: 1,
+            entry: queued(&m1),
+        }])
+        .unwrap();
+    let snap = store.load().unwrap();
+    assert_eq!(
+        (snap.orphans, snap.orphan_sids.clone(), snap.max_sid),
+        (1, vec![20], 20)
+    );
+    store
+        .apply(&[Op::RemoveSession {
+            client_id: String::new(),
+            sid: 20,
+        }])
+        .unwrap();
+    assert_eq!(store.load().unwrap().orphans, 0);
 }
 
 #[test]

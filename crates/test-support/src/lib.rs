@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-pub use ballast_broker::{BrokerConfig, BrokerHandle, Limits};
+pub use ballast_broker::{BrokerConfig, BrokerHandle, Durability, Limits, StoreConfig};
 
 /// A broker on ephemeral loopback ports for MQTT and WebSocket, two workers, `$SYS` every
 /// second. Shut down when dropped.
@@ -50,7 +50,23 @@ pub fn test_config() -> BrokerConfig {
         ws: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         workers: 2,
         sys_interval_secs: 1,
+        store: StoreConfig {
+            durability: Durability::None,
+            ..StoreConfig::default()
+        },
         ..BrokerConfig::default()
+    }
+}
+
+/// `test_config` with the embedded store in `dir`, synced as in production.
+pub fn durable_config(dir: &std::path::Path) -> BrokerConfig {
+    BrokerConfig {
+        store: StoreConfig {
+            durability: Durability::Fsync,
+            data_dir: dir.to_path_buf(),
+            ..StoreConfig::default()
+        },
+        ..test_config()
     }
 }
 

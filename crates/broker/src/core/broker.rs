@@ -8,12 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ballast_codec::{topic, QoS, ReasonCode};
+use ballast_codec::{topic, QoS, ReasonCode, SubOptions};
+use ballast_store::{Op, Snapshot, StoredMessage, Writer};
 use parking_lot::{Mutex, RwLock};
 
+use super::journal;
 use super::message::Message;
 use super::session::{
-    ClientParams, ConnLoc, QueueLimits, Refusal, Session, SessionState, Subscription,
+    packet_id_of, ClientParams, ConnLoc, Inflight, Offered, QueueLimits, Queued, Refusal, Session,
+    SessionState, Subscription,
 };
 use crate::config::{BrokerConfig, SharedStrategy};
 use crate::metrics::{CloseReason, Limit, Metrics};
@@ -34,6 +37,8 @@ pub struct Inbox {
     cmds: Mutex<Vec<Cmd>>,
     notified: AtomicBool,
     waker: mio::Waker,
+    /// The thread holds acknowledgements back until store writes are durable.
+    pub wants_durable: AtomicBool,
 }
 
 impl Inbox {
@@ -42,6 +47,15 @@ impl Inbox {
             cmds: Mutex::new(Vec::new()),
             notified: AtomicBool::new(false),
             waker,
+            wants_durable: AtomicBool::new(false),
+        }
+    }
+
+    /// After a store commit: wake the thread if it waits for one.
+    pub fn durable_advanced(&self) {
+        if self.wants_durable.load(Ordering::SeqCst) && !self.notified.swap(true, Ordering::SeqCst)
+        {
+            self.wake();
         }
     }
 
@@ -89,18 +103,20 @@ pub struct Broker {
     pub config: BrokerConfig,
     pub queue_limits: QueueLimits,
     pub index: RwLock<TopicIndex<Arc<Session>>>,
+    /// The store writer; `None` with `durability = "none"`.
+    pub writer: Option<Writer>,
     pub retained: RwLock<HashMap<Arc<str>, Arc<Message>>>,
     sessions: Vec<Mutex<HashMap<Arc<str>, Arc<Session>>>>,
     hasher: std::collections::hash_map::RandomState,
     pub metrics: Metrics,
-    pub inboxes: Vec<Inbox>,
+    pub inboxes: Arc<[Inbox]>,
     next_session_id: AtomicU64,
     pub started: Instant,
     pub shutting_down: AtomicBool,
 }
 
 impl Broker {
-    pub fn new(config: BrokerConfig, inboxes: Vec<Inbox>) -> Broker {
+    pub fn new(config: BrokerConfig, inboxes: Arc<[Inbox]>, writer: Option<Writer>) -> Broker {
         let l = &config.limits;
         let queue_limits = QueueLimits {
             max_messages: l.max_queued_messages,
@@ -112,6 +128,7 @@ impl Broker {
             config,
             queue_limits,
             index: RwLock::new(TopicIndex::default()),
+            writer,
             retained: RwLock::new(HashMap::new()),
             sessions: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: Default::default(),
@@ -124,6 +141,49 @@ impl Broker {
 
     fn shard(&self, client_id: &str) -> &Mutex<HashMap<Arc<str>, Arc<Session>>> {
         &self.sessions[self.hasher.hash_one(client_id) as usize % SHARDS]
+    }
+
+    /// Sends what this thread recorded for the store to the writer as one submission.
+    /// Returns its ticket (0 when nothing was recorded).
+    pub fn submit_journal(&self) -> u64 {
+        if journal::is_empty() {
+            return 0;
+        }
+        let mut ops = Vec::new();
+        journal::take(&mut ops);
+        match &self.writer {
+            Some(w) => w.submit(&mut ops),
+            None => 0,
+        }
+    }
+
+    /// Records the session's current record (subscriptions, expiry, connection state) for the
+    /// store, when it is stored.
+    pub fn journal_session(&self, session: &Session, st: &SessionState, now: Instant) {
+        if st.stored {
+            journal::record(Op::PutSession(journal::session_record(
+                &session.client_id,
+                session.id,
+                st,
+                now,
+            )));
+        }
+    }
+
+    /// Marks a session stored or not after its expiry was set: a session with an expiry
+    /// outlives its connection and is written to the store; one without is removed from it.
+    fn set_stored(&self, session: &Session, st: &mut SessionState, now: Instant) {
+        let want = st.expiry_secs > 0 && self.writer.is_some();
+        if want {
+            st.stored = true;
+            self.journal_session(session, st, now);
+        } else if st.stored {
+            st.stored = false;
+            journal::record(Op::RemoveSession {
+                client_id: session.client_id.to_string(),
+                sid: session.id,
+            });
+        }
     }
 
     /// Queues a command at the loop thread that owns `loc`, waking it if needed.
@@ -190,6 +250,7 @@ impl Broker {
                     // A new connection before the will delay passed cancels the will
                     // [MQTT-3.1.3-9].
                     st.delayed_will = None;
+                    self.set_stored(&s, &mut st, now);
                     s.connected.store(true, Ordering::Relaxed);
                     drop(st);
                     Some((s, true))
@@ -211,6 +272,7 @@ impl Broker {
                         st.conn = Some(loc);
                         st.params = params;
                         st.expiry_secs = expiry_secs;
+                        self.set_stored(&s, &mut st, now);
                     }
                     s.connected.store(true, Ordering::Relaxed);
                     shard.insert(s.client_id.clone(), s.clone());
@@ -252,11 +314,15 @@ impl Broker {
             st.aliases = None;
             st.disconnected_at = Some(now);
             session.connected.store(false, Ordering::Relaxed);
-            (st.expiry_secs == 0, st.take_shared())
+            let end = st.expiry_secs == 0;
+            if !end {
+                self.journal_session(session, &st, now);
+            }
+            (end, st.take_shared(), st.stored)
         };
-        let (end, shared) = end;
+        let (end, shared, stored) = end;
         if !shared.is_empty() {
-            let left = self.redistribute(session.id, shared, now);
+            let left = self.redistribute(session.id, stored, shared, now);
             if !end && !left.is_empty() {
                 // No other member to take them: they wait for this one to come back.
                 let mut st = session.state.lock();
@@ -294,6 +360,13 @@ impl Broker {
             st.queue.clear();
             st.inflight.clear();
             st.queued_bytes = 0;
+            if st.stored {
+                st.stored = false;
+                journal::record(Op::RemoveSession {
+                    client_id: session.client_id.to_string(),
+                    sid: session.id,
+                });
+            }
             (
                 std::mem::take(&mut st.subscriptions),
                 st.delayed_will.take(),
@@ -311,7 +384,8 @@ impl Broker {
             }
         }
         if !shared.is_empty() {
-            self.redistribute(session.id, shared, now);
+            // The session's records are removed as a whole above.
+            self.redistribute(session.id, false, shared, now);
         }
         if let Some(will) = will {
             self.publish_will(will.1, now);
@@ -321,7 +395,7 @@ impl Broker {
     /// Publishes a will: stored as retained too when its retain flag is set.
     pub fn publish_will(&self, msg: Arc<Message>, now: Instant) {
         if msg.retain {
-            self.retain(&msg);
+            self.retain(&msg, now);
         }
         self.publish(msg, now);
     }
@@ -391,11 +465,18 @@ impl Broker {
 
     /// Stores, replaces or (empty payload) clears the retained message of a topic
     /// [MQTT-3.3.1-5, -6]. Returns false when the store is full and the topic is new.
-    pub fn retain(&self, msg: &Arc<Message>) -> bool {
+    pub fn retain(&self, msg: &Arc<Message>, now: Instant) -> bool {
+        // `$SYS` figures are made anew by each process; they are not stored.
+        let store = self.writer.is_some() && !msg.topic.starts_with("$SYS");
         let mut r = self.retained.write();
         if msg.payload.is_empty() {
             if r.remove(&msg.topic).is_some() {
                 self.metrics.retained.fetch_sub(1, Ordering::Relaxed);
+                if store {
+                    journal::record(Op::RemoveRetained {
+                        topic: msg.topic.clone(),
+                    });
+                }
             }
             return true;
         }
@@ -407,6 +488,9 @@ impl Broker {
             self.metrics.retained.fetch_add(1, Ordering::Relaxed);
         }
         r.insert(msg.topic.clone(), msg.clone());
+        if store {
+            journal::record(Op::PutRetained(journal::stored_message(msg, now)));
+        }
         true
     }
 
@@ -434,6 +518,9 @@ impl Broker {
                 if r.get(&t).is_some_and(|m| m.is_expired(now)) {
                     r.remove(&t);
                     self.metrics.retained.fetch_sub(1, Ordering::Relaxed);
+                    if self.writer.is_some() {
+                        journal::record(Op::RemoveRetained { topic: t });
+                    }
                 }
             }
         }
@@ -528,12 +615,15 @@ impl Broker {
     /// Hands messages that a departed member of a shared subscription had not finished to
     /// another member of its group, so they are not stranded. Returns those no other member
     /// could take.
+    /// `from_stored`: the departed session is stored, so each message handed on is removed
+    /// from its stored queue.
     fn redistribute(
         &self,
         from: u64,
-        items: Vec<super::session::Queued>,
+        from_stored: bool,
+        items: Vec<Queued>,
         now: Instant,
-    ) -> Vec<super::session::Queued> {
+    ) -> Vec<Queued> {
         let mut left = Vec::new();
         for q in items {
             let Some(key) = q.shared.clone() else {
@@ -554,18 +644,26 @@ impl Broker {
             let ids: Vec<u32> = sub_id.into_iter().collect();
             let mut st = session.state.lock();
             let qos = q.msg.qos.min(granted);
-            match st.offer(
+            let offered = self.offer(
+                session.id,
+                &mut st,
                 &q.msg,
-                qos,
-                q.retain,
+                (qos, q.retain),
                 &ids,
                 Some(&key),
-                &self.queue_limits,
+                &mut None,
                 now,
-            ) {
-                Ok(n) => {
-                    if n > 0 {
-                        self.metrics.add(|c| &c.messages_sent, n as u64);
+            );
+            if from_stored {
+                journal::record(Op::RemoveQueued {
+                    sid: from,
+                    seq: q.seq,
+                });
+            }
+            match offered {
+                Ok(o) => {
+                    if o.sent > 0 {
+                        self.metrics.add(|c| &c.messages_sent, o.sent as u64);
                         self.schedule_flush(&mut st);
                     }
                 }
@@ -578,29 +676,63 @@ impl Broker {
         left
     }
 
+    /// Offers a message to one session (see `SessionState::offer`) and, when the session is
+    /// stored, journals it into the session's stored queue. `stored_msg` caches the stored form
+    /// of the message across the sessions of one publish.
+    #[allow(clippy::too_many_arguments)]
+    pub fn offer(
+        &self,
+        sid: u64,
+        st: &mut SessionState,
+        msg: &Arc<Message>,
+        (qos, retain): (QoS, bool),
+        sub_ids: &[u32],
+        shared: Option<&Arc<str>>,
+        stored_msg: &mut Option<Arc<StoredMessage>>,
+        now: Instant,
+    ) -> Result<Offered, Refusal> {
+        let o = st.offer(msg, qos, retain, sub_ids, shared, &self.queue_limits, now)?;
+        if let (Some(seq), true) = (o.seq, st.stored) {
+            let m = stored_msg
+                .get_or_insert_with(|| journal::stored_message(msg, now))
+                .clone();
+            let entry = journal::queued_entry(m, qos, retain, sub_ids, shared);
+            journal::record(Op::PutQueued { sid, seq, entry });
+        }
+        Ok(o)
+    }
+
     fn deliver(&self, msg: &Arc<Message>, targets: &[Target], now: Instant) -> Routed {
         let mut routed = Routed::default();
         let mut sent = 0u64;
+        // Made once per message, when the first stored session takes it.
+        let mut stored_msg: Option<Arc<StoredMessage>> = None;
         for t in targets {
             let mut st = t.session.state.lock();
             let retain = t.retain_as_published && msg.retain;
-            let result = st.offer(
+            let connected = st.conn.is_some();
+            let result = self.offer(
+                t.session.id,
+                &mut st,
                 msg,
-                t.qos,
-                retain,
+                (t.qos, retain),
                 &t.sub_ids,
                 t.shared.as_ref(),
-                &self.queue_limits,
+                &mut stored_msg,
                 now,
             );
-            if st.window_full_hits > 0 {
-                st.window_full_hits = 0;
+            // A QoS 1/2 message for a live connection that had to wait: the window was full.
+            let waited = match &result {
+                Ok(o) => o.sent == 0 && o.seq.is_some(),
+                Err(r) => matches!(r, Refusal::QueueFull | Refusal::QueueBytesFull),
+            };
+            if connected && waited {
                 self.metrics.limit(Limit::MaxInflight);
             }
             match result {
-                Ok(n) => {
-                    sent += n as u64;
-                    if n > 0 {
+                Ok(o) => {
+                    sent += o.sent as u64;
+                    if o.sent > 0 {
                         self.schedule_flush(&mut st);
                     }
                 }
@@ -614,6 +746,103 @@ impl Broker {
             self.metrics.add(|c| &c.messages_sent, sent);
         }
         routed
+    }
+
+    // ---- restart ---------------------------------------------------------------------------
+
+    /// Rebuilds what the store held: sessions with their subscriptions, queues, inflight QoS 2
+    /// releases and received packet ids, and retained messages. Runs before any listener
+    /// accepts. Messages that may have been sent before the restart go out again with DUP and
+    /// their original packet ids. Returns the number of sessions restored.
+    pub fn restore(&self, snap: Snapshot, now: Instant) -> usize {
+        self.next_session_id
+            .fetch_max(snap.max_sid + 1, Ordering::Relaxed);
+        for sid in &snap.orphan_sids {
+            journal::record(Op::RemoveSession {
+                client_id: String::new(),
+                sid: *sid,
+            });
+        }
+        let count = snap.sessions.len();
+        // Released QoS 2 deliveries need only their packet id; they share one placeholder.
+        let released = Arc::new(Message::new("", bytes::Bytes::new(), QoS::ExactlyOnce, false));
+        for loaded in snap.sessions {
+            let rec = loaded.session;
+            let s = Arc::new(Session::new(rec.sid, rec.client_id.as_str().into()));
+            let mut subs = Vec::with_capacity(rec.subscriptions.len());
+            {
+                let mut st = s.state.lock();
+                st.stored = true;
+                st.expiry_secs = rec.expiry_secs;
+                // Connected when the broker stopped: the session's time starts now.
+                st.disconnected_at = Some(
+                    rec.disconnected_at_ms
+                        .map_or(now, |ms| journal::from_unix_ms(ms, now)),
+                );
+                for f in rec.subscriptions {
+                    let sub = Subscription {
+                        options: SubOptions {
+                            qos: QoS::from_u8(f.qos).unwrap_or(QoS::AtMostOnce),
+                            no_local: f.no_local,
+                            retain_as_published: f.retain_as_published,
+                            retain_handling: f.retain_handling,
+                        },
+                        subscription_id: f.subscription_id,
+                    };
+                    st.subscriptions.insert(f.filter.clone(), sub.clone());
+                    subs.push((f.filter, sub));
+                }
+                for (seq, e) in loaded.queue {
+                    st.next_seq = st.next_seq.max(seq + 1);
+                    let qos = QoS::from_u8(e.qos).unwrap_or(QoS::AtLeastOnce);
+                    let shared = e.shared.map(|g| Arc::<str>::from(g.as_str()));
+                    match e.msg {
+                        None => st.inflight.push_back(Inflight {
+                            seq,
+                            packet_id: packet_id_of(seq),
+                            msg: released.clone(),
+                            qos: QoS::ExactlyOnce,
+                            retain: false,
+                            subscription_ids: Box::new([]),
+                            released: true,
+                            shared,
+                        }),
+                        Some(m) => {
+                            let msg = Arc::new(Message::from_stored(&m, now));
+                            st.queued_bytes += msg.cost();
+                            st.queue.push_back(Queued {
+                                seq,
+                                dup: true,
+                                msg,
+                                qos,
+                                retain: e.retain,
+                                subscription_ids: e.subscription_ids.into(),
+                                shared,
+                            });
+                        }
+                    }
+                }
+                st.incoming_qos2 = loaded.incoming;
+            }
+            for (filter, sub) in &subs {
+                self.subscribe(&s, filter, sub);
+            }
+            self.shard(&s.client_id)
+                .lock()
+                .insert(s.client_id.clone(), s.clone());
+            self.metrics.sessions.fetch_add(1, Ordering::Relaxed);
+        }
+        {
+            let mut r = self.retained.write();
+            for m in snap.retained {
+                let msg = Arc::new(Message::from_stored(&m, now));
+                if r.insert(msg.topic.clone(), msg).is_none() {
+                    self.metrics.retained.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.submit_journal();
+        count
     }
 
     pub fn refused(&self, r: Refusal, routed: &mut Routed) {

@@ -1,7 +1,7 @@
 //! One client connection's protocol state: CONNECT handling, the incoming QoS flows,
 //! subscriptions, keepalive, topic aliases, and the will.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,9 +11,12 @@ use ballast_codec::{
 };
 use bytes::Bytes;
 
+use ballast_store::{Op, Outcome};
+
 use super::broker::{split_shared, Broker};
+use super::journal;
 use super::message::Message;
-use super::session::{ClientParams, ConnLoc, Session, Subscription};
+use super::session::{ClientParams, ConnLoc, Session, SessionState, Subscription};
 use crate::metrics::{CloseReason, Limit};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +84,18 @@ struct Extra {
     will: Option<Will>,
     /// Incoming topic aliases (5.0).
     aliases: HashMap<u16, Arc<str>>,
+    /// Answers held back until the store ticket they depend on is durable, in the order they
+    /// were made (PUBACKs go out in PUBLISH order [MQTT-4.6.0-2]); ticket 0 waits only for
+    /// those ahead of it.
+    held: VecDeque<(u64, Packet)>,
+    /// Listed by the loop among connections waiting for the store.
+    waiting: bool,
+    /// Reading stopped by `wants_read`; the loop reads again once answers are released.
+    paused: bool,
 }
+
+/// Reason string of a refusal caused by the store.
+const STORE_FAILED: &str = "the message could not be stored";
 
 pub struct Connection {
     pub loc: ConnLoc,
@@ -145,6 +159,130 @@ impl Connection {
         p.encode(self.protocol, &mut self.direct);
     }
 
+    /// Answers a packet once what handling it recorded for the store is durable: submits this
+    /// thread's journal and holds the answer until its ticket resolves (at once when nothing
+    /// was recorded and nothing is held ahead of it).
+    fn respond(&mut self, b: &Broker, p: Packet) {
+        let ticket = b.submit_journal();
+        let held = self.extra.as_ref().is_some_and(|x| !x.held.is_empty());
+        if ticket == 0 && !held {
+            self.send(b, &p);
+        } else {
+            self.extra().held.push_back((ticket, p));
+        }
+    }
+
+    /// Answers are held back for the store.
+    pub fn has_held(&self) -> bool {
+        self.extra.as_ref().is_some_and(|x| !x.held.is_empty())
+    }
+
+    /// Marks the connection as listed by its loop among those waiting for the store; returns
+    /// false if it already was.
+    pub fn list_waiting(&mut self) -> bool {
+        let x = self.extra();
+        !std::mem::replace(&mut x.waiting, true)
+    }
+
+    pub fn unlist_waiting(&mut self) {
+        if let Some(x) = self.extra.as_mut() {
+            x.waiting = false;
+        }
+    }
+
+    /// Records that the loop stopped reading because `wants_read` said so.
+    pub fn pause_reading(&mut self) {
+        self.extra().paused = true;
+    }
+
+    /// Reading was paused and may resume now; clears the mark when it returns true.
+    pub fn resume_reading(&mut self, b: &Broker) -> bool {
+        let paused = self.extra.as_ref().is_some_and(|x| x.paused);
+        if paused && self.wants_read(b) {
+            self.extra().paused = false;
+            return true;
+        }
+        false
+    }
+
+    /// Whether the loop may read more packets now: not while the answers held for the store
+    /// reach our Receive Maximum, or the store's backlog is over its limit.
+    pub fn wants_read(&self, b: &Broker) -> bool {
+        let held = self.extra.as_ref().map_or(0, |x| x.held.len());
+        if held == 0 {
+            return true;
+        }
+        if held >= b.config.limits.receive_maximum as usize {
+            return false;
+        }
+        match &b.writer {
+            Some(w) if w.backlog_bytes() > b.config.store.max_backlog_bytes as u64 => {
+                b.metrics.limit(Limit::StoreBacklog);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Sends the held answers whose store writes have resolved, in order. A publish whose
+    /// write failed is refused: 0x80 with a reason string for 5.0; 3.1.1 has no negative
+    /// acknowledgement, so its connection is closed. Returns whether answers remain held.
+    pub fn release_held(&mut self, b: &Broker) -> Result<bool, Close> {
+        let Some(w) = &b.writer else {
+            return Ok(false);
+        };
+        loop {
+            let Some(x) = self.extra.as_mut() else {
+                return Ok(false);
+            };
+            let Some((ticket, _)) = x.held.front() else {
+                return Ok(false);
+            };
+            let outcome = if *ticket == 0 {
+                Outcome::Durable
+            } else {
+                w.outcome(*ticket)
+            };
+            if outcome == Outcome::Pending {
+                return Ok(true);
+            }
+            let (_, mut p) = x.held.pop_front().expect("front exists");
+            if outcome == Outcome::Failed {
+                self.refuse_stored(b, &mut p)?;
+            }
+            self.send(b, &p);
+        }
+    }
+
+    /// Turns an answer into a refusal after its store write failed.
+    fn refuse_stored(&mut self, b: &Broker, p: &mut Packet) -> Result<(), Close> {
+        let is_rec = matches!(p, Packet::PubRec(_));
+        match p {
+            Packet::PubAck(a) | Packet::PubRec(a) if a.code < 0x80 => {
+                b.metrics.add(|c| &c.store_refused, 1);
+                if is_rec {
+                    // The flow ends here: forget the packet id so its reuse is a new message.
+                    let mut st = self.session().state.lock();
+                    st.incoming_qos2.retain(|id| *id != a.packet_id);
+                }
+                if !self.protocol.is_v5() {
+                    return Err(Close::new(CloseReason::StoreFailure, None, STORE_FAILED));
+                }
+                a.code = ReasonCode::UnspecifiedError.code();
+                a.properties = self.reason(STORE_FAILED);
+            }
+            Packet::SubAck(s) => {
+                // 0x80 is "failure" in 3.1.1 and "unspecified error" in 5.0.
+                for c in s.codes.iter_mut() {
+                    *c = 0x80;
+                }
+                s.properties = self.reason("the subscription could not be stored");
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// A 5.0 DISCONNECT for a close, when one is due. The server sends DISCONNECT only after
     /// CONNACK [MQTT-3.14.0-1].
     pub fn farewell(&mut self, b: &Broker, close: &Close) {
@@ -179,6 +317,14 @@ impl Connection {
 
     /// Handles one decoded packet.
     pub fn handle(&mut self, b: &Broker, packet: Packet, now: Instant) -> Result<(), Close> {
+        let r = self.handle_packet(b, packet, now);
+        // What was recorded without an answer waiting on it (deliveries of retained messages
+        // after a SUBACK, a session record at CONNECT) goes to the store now.
+        b.submit_journal();
+        r
+    }
+
+    fn handle_packet(&mut self, b: &Broker, packet: Packet, now: Instant) -> Result<(), Close> {
         self.last_recv = now;
         if self.phase == Phase::AwaitConnect {
             return match packet {
@@ -190,19 +336,20 @@ impl Connection {
         match packet {
             Packet::Publish(p) => self.publish(b, p, now),
             Packet::PubAck(a) => {
-                self.ack(b, a.packet_id, now, |st, id| {
-                    st.complete(id, QoS::AtLeastOnce)
+                self.ack(b, a.packet_id, now, |st, sid, id| {
+                    st.complete(sid, id, QoS::AtLeastOnce)
                 });
                 Ok(())
             }
             Packet::PubRec(a) => {
                 if a.code >= 0x80 {
                     // A failed PUBREC ends the flow [MQTT-4.3.3-?]: nothing more is sent.
-                    self.ack(b, a.packet_id, now, |st, id| {
-                        st.complete(id, QoS::ExactlyOnce)
+                    self.ack(b, a.packet_id, now, |st, sid, id| {
+                        st.complete(sid, id, QoS::ExactlyOnce)
                     });
                 } else {
-                    let known = self.ack(b, a.packet_id, now, |st, id| st.received(id));
+                    let known =
+                        self.ack(b, a.packet_id, now, |st, sid, id| st.received(sid, id));
                     let code = if known {
                         0
                     } else {
@@ -213,24 +360,36 @@ impl Connection {
                         code,
                         properties: Properties::default(),
                     };
-                    self.send(b, &Packet::PubRel(rel));
+                    self.respond(b, Packet::PubRel(rel));
                 }
                 Ok(())
             }
             Packet::PubComp(a) => {
-                self.ack(b, a.packet_id, now, |st, id| {
-                    st.complete(id, QoS::ExactlyOnce)
+                self.ack(b, a.packet_id, now, |st, sid, id| {
+                    st.complete(sid, id, QoS::ExactlyOnce)
                 });
                 Ok(())
             }
             Packet::PubRel(a) => {
                 let known = {
-                    let mut st = self.session().state.lock();
+                    let session = self.session();
+                    let mut st = session.state.lock();
+                    let stored = st.stored;
                     let ids = &mut st.incoming_qos2;
-                    ids.iter()
+                    let known = ids
+                        .iter()
                         .position(|id| *id == a.packet_id)
                         .map(|i| ids.swap_remove(i))
-                        .is_some()
+                        .is_some();
+                    if known && stored {
+                        // PUBCOMP waits for this: a client told PUBCOMP may reuse the id, and
+                        // a stale id after a restart would swallow its next message.
+                        journal::record(Op::RemoveIncoming {
+                            sid: session.id,
+                            packet_id: a.packet_id,
+                        });
+                    }
+                    known
                 };
                 let code = if known {
                     0
@@ -242,11 +401,11 @@ impl Connection {
                     code,
                     properties: Properties::default(),
                 };
-                self.send(b, &Packet::PubComp(comp));
+                self.respond(b, Packet::PubComp(comp));
                 Ok(())
             }
             Packet::Subscribe(s) => self.subscribe(b, s, now),
-            Packet::Unsubscribe(u) => self.unsubscribe(b, u),
+            Packet::Unsubscribe(u) => self.unsubscribe(b, u, now),
             Packet::PingReq => {
                 self.send(b, &Packet::PingResp);
                 Ok(())
@@ -272,13 +431,13 @@ impl Connection {
         b: &Broker,
         packet_id: u16,
         now: Instant,
-        f: impl FnOnce(&mut super::session::SessionState, u16) -> bool,
+        f: impl FnOnce(&mut SessionState, u64, u16) -> bool,
     ) -> bool {
         let s = self.session().clone();
         let mut st = s.state.lock();
-        let known = f(&mut st, packet_id);
+        let known = f(&mut st, s.id, packet_id);
         if known {
-            let (sent, expired) = st.drain_queue(now);
+            let (sent, expired) = st.drain_queue(s.id, now);
             if sent > 0 {
                 b.metrics.add(|c| &c.messages_sent, sent as u64);
                 b.schedule_flush(&mut st);
@@ -436,7 +595,7 @@ impl Connection {
         let mut st = session.state.lock();
         st.write(&Packet::ConnAck(ack));
         let resent = st.resend_inflight(now);
-        let (sent, expired) = st.drain_queue(now);
+        let (sent, expired) = st.drain_queue(session.id, now);
         if resent + sent > 0 {
             b.metrics.add(|c| &c.messages_sent, (resent + sent) as u64);
         }
@@ -516,7 +675,7 @@ impl Connection {
             } else {
                 Packet::PubRec(ack)
             };
-            self.send(b, &ack);
+            self.respond(b, ack);
             return Ok(());
         }
 
@@ -531,7 +690,7 @@ impl Connection {
                     code: 0,
                     properties: Properties::default(),
                 };
-                self.send(b, &Packet::PubRec(rec));
+                self.respond(b, Packet::PubRec(rec));
                 return Ok(());
             }
             if st.incoming_qos2.len() >= limits.receive_maximum as usize {
@@ -547,7 +706,7 @@ impl Connection {
         b.metrics.add(|c| &c.messages_received, 1);
         let msg = Arc::new(Message::from_publish(&p, topic, session.id, now));
         if p.retain {
-            b.retain(&msg);
+            b.retain(&msg, now);
         }
         let routed = b.publish(msg, now);
         let code = if routed.quota_exceeded && self.protocol.is_v5() {
@@ -567,12 +726,20 @@ impl Connection {
         };
         match p.qos {
             QoS::AtMostOnce => {}
-            QoS::AtLeastOnce => self.send(b, &Packet::PubAck(ack)),
+            QoS::AtLeastOnce => self.respond(b, Packet::PubAck(ack)),
             QoS::ExactlyOnce => {
                 if code == ReasonCode::Success {
-                    session.state.lock().incoming_qos2.push(p.packet_id);
+                    let mut st = session.state.lock();
+                    st.incoming_qos2.push(p.packet_id);
+                    if st.stored {
+                        // A resend of this PUBLISH after a restart must be known as one.
+                        journal::record(Op::PutIncoming {
+                            sid: session.id,
+                            packet_id: p.packet_id,
+                        });
+                    }
                 }
-                self.send(b, &Packet::PubRec(ack));
+                self.respond(b, Packet::PubRec(ack));
             }
         }
         Ok(())
@@ -648,9 +815,13 @@ impl Connection {
             Some(text) => self.reason(text),
             None => Properties::default(),
         };
-        self.send(
+        {
+            let st = session.state.lock();
+            b.journal_session(&session, &st, now);
+        }
+        self.respond(
             b,
-            &Packet::SubAck(SubAck {
+            Packet::SubAck(SubAck {
                 packet_id: s.packet_id,
                 codes,
                 properties,
@@ -662,8 +833,18 @@ impl Connection {
             let mut sent = 0;
             for (m, granted) in retained {
                 let qos = m.qos.min(granted);
-                match st.offer(&m, qos, true, &sub_ids, None, &b.queue_limits, now) {
-                    Ok(n) => sent += n,
+                let offered = b.offer(
+                    session.id,
+                    &mut st,
+                    &m,
+                    (qos, true),
+                    &sub_ids,
+                    None,
+                    &mut None,
+                    now,
+                );
+                match offered {
+                    Ok(o) => sent += o.sent,
                     Err(r) => b.refused(r, &mut Default::default()),
                 }
             }
@@ -673,7 +854,7 @@ impl Connection {
         Ok(())
     }
 
-    fn unsubscribe(&mut self, b: &Broker, u: Unsubscribe) -> Result<(), Close> {
+    fn unsubscribe(&mut self, b: &Broker, u: Unsubscribe, now: Instant) -> Result<(), Close> {
         let session = self.session().clone();
         let mut codes = Vec::with_capacity(u.filters.len());
         for f in &u.filters {
@@ -687,12 +868,16 @@ impl Connection {
                 ReasonCode::NoSubscriptionExisted.code()
             });
         }
+        {
+            let st = session.state.lock();
+            b.journal_session(&session, &st, now);
+        }
         let ack = UnsubAck {
             packet_id: u.packet_id,
             codes,
             properties: Properties::default(),
         };
-        self.send(b, &Packet::UnsubAck(ack));
+        self.respond(b, Packet::UnsubAck(ack));
         Ok(())
     }
 

@@ -59,6 +59,21 @@ impl Message {
         }
     }
 
+    /// A message read back from the store after a restart.
+    pub fn from_stored(m: &ballast_store::StoredMessage, now: Instant) -> Message {
+        Message {
+            topic: m.topic.clone(),
+            payload: m.payload.clone(),
+            qos: QoS::from_u8(m.qos).unwrap_or(QoS::AtLeastOnce),
+            retain: m.retain,
+            props: m.props.clone(),
+            expires_at: m
+                .expires_at_ms
+                .map(|ms| super::journal::from_unix_ms(ms, now)),
+            origin: 0,
+        }
+    }
+
     pub fn is_expired(&self, now: Instant) -> bool {
         self.expires_at.is_some_and(|t| t <= now)
     }

@@ -7,6 +7,7 @@
 
 pub mod broker;
 pub mod connection;
+pub mod journal;
 pub mod message;
 pub mod session;
 

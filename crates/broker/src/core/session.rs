@@ -14,6 +14,7 @@ use std::time::Instant;
 use ballast_codec::{Packet, Protocol, PubAck, QoS, SubOptions};
 use parking_lot::Mutex;
 
+use super::journal;
 use super::message::{encode_publish, publish_len, Delivery, Message};
 
 /// Where a session's live connection is: loop thread, slab token, and a generation that tells
@@ -31,9 +32,20 @@ pub struct Subscription {
     pub subscription_id: Option<u32>,
 }
 
+/// The packet id of a session's QoS 1/2 message number `seq`.
+///
+/// Derived rather than allocated so that it survives a restart without a write of its own:
+/// a message resent after a crash carries the id the client may already hold (a QoS 2
+/// receiver must see the same id to recognise a duplicate). Ids repeat every 65,535
+/// messages; a message whose id is still in flight waits in the queue.
+pub fn packet_id_of(seq: u64) -> u16 {
+    (seq % 65_535) as u16 + 1
+}
+
 /// A QoS 1/2 message sent and not yet fully acknowledged.
 #[derive(Debug)]
 pub struct Inflight {
+    pub seq: u64,
     pub packet_id: u16,
     pub msg: Arc<Message>,
     pub qos: QoS,
@@ -48,6 +60,10 @@ pub struct Inflight {
 /// A message waiting for an inflight slot or for the client to come back.
 #[derive(Debug)]
 pub struct Queued {
+    /// Number within the session (gives its packet id and its store key).
+    pub seq: u64,
+    /// Restored after a restart: it may have been sent before, so it goes out with DUP.
+    pub dup: bool,
     pub msg: Arc<Message>,
     pub qos: QoS,
     pub retain: bool,
@@ -103,8 +119,9 @@ pub struct SessionState {
     /// A flush request for `out` is already queued at the owning loop.
     pub flush_pending: bool,
     /// Bytes the connection took from `out` but has not written yet.
-    pub backlog: usize,
-    pub next_packet_id: u16,
+    pub backlog: u32,
+    /// Number of the next QoS 1/2 message.
+    pub next_seq: u64,
     pub inflight: VecDeque<Inflight>,
     pub queue: VecDeque<Queued>,
     pub queued_bytes: usize,
@@ -124,9 +141,8 @@ pub struct SessionState {
     pub delayed_will: Option<Box<(Instant, Arc<Message>)>>,
     /// Removed from the registry; nothing may be added.
     pub ended: bool,
-    /// Messages queued because the inflight window was full while connected (read and reset
-    /// by the broker into the `max_inflight` limit counter).
-    pub window_full_hits: u32,
+    /// Written to the store: changes to it are journaled.
+    pub stored: bool,
 }
 
 pub struct Session {
@@ -152,16 +168,23 @@ impl Session {
             id,
             client_id,
             connected: AtomicBool::new(false),
-            state: Mutex::new(SessionState {
-                next_packet_id: 1,
-                ..SessionState::default()
-            }),
+            state: Mutex::new(SessionState::default()),
         }
     }
 
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
     }
+}
+
+/// What `offer` did with a message.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offered {
+    /// PUBLISH packets written (0 or 1).
+    pub sent: usize,
+    /// The number given to a QoS 1/2 message (queued or in flight); the caller journals it for
+    /// a stored session.
+    pub seq: Option<u64>,
 }
 
 /// Limits applied to one session's queues.
@@ -173,19 +196,21 @@ pub struct QueueLimits {
 }
 
 impl SessionState {
-    fn alloc_packet_id(&mut self) -> u16 {
-        // Skip ids still in flight [MQTT-2.2.1-3]; the window is far below 65535 so this ends.
-        loop {
-            let id = self.next_packet_id;
-            self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
-            if !self.inflight.iter().any(|f| f.packet_id == id) {
-                return id;
-            }
-        }
-    }
-
     fn has_window(&self) -> bool {
         self.conn.is_some() && self.inflight.len() < self.params.window as usize
+    }
+
+    /// Message `seq` may go out now: there is room in the window and its packet id is not
+    /// still in flight [MQTT-2.2.1-3].
+    fn can_send(&self, seq: u64) -> bool {
+        let id = packet_id_of(seq);
+        self.has_window() && !self.inflight.iter().any(|f| f.packet_id == id)
+    }
+
+    fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
     }
 
     /// Encodes a PUBLISH into `out`, choosing a topic alias when the client allows them.
@@ -253,9 +278,9 @@ impl SessionState {
         shared: Option<&Arc<str>>,
         limits: &QueueLimits,
         now: Instant,
-    ) -> Result<usize, Refusal> {
+    ) -> Result<Offered, Refusal> {
         if self.ended {
-            return Ok(0);
+            return Ok(Offered::default());
         }
         if msg.is_expired(now) {
             return Err(Refusal::Expired);
@@ -266,18 +291,20 @@ impl SessionState {
         if qos == QoS::AtMostOnce {
             // QoS 0 goes only to a live connection with room in its outbox.
             if self.conn.is_none() {
-                return Ok(0);
+                return Ok(Offered::default());
             }
-            if self.out.len() + self.backlog >= limits.max_outbox {
+            if self.out.len() + self.backlog as usize >= limits.max_outbox {
                 return Err(Refusal::OutboxFull);
             }
             self.write_publish(msg, qos, retain, false, 0, sub_ids, now);
-            return Ok(1);
+            return Ok(Offered { sent: 1, seq: None });
         }
-        if self.has_window() && self.queue.is_empty() {
-            let packet_id = self.alloc_packet_id();
+        if self.queue.is_empty() && self.can_send(self.next_seq) {
+            let seq = self.take_seq();
+            let packet_id = packet_id_of(seq);
             self.write_publish(msg, qos, retain, false, packet_id, sub_ids, now);
             self.inflight.push_back(Inflight {
+                seq,
                 packet_id,
                 msg: msg.clone(),
                 qos,
@@ -286,10 +313,10 @@ impl SessionState {
                 released: false,
                 shared: shared.cloned(),
             });
-            return Ok(1);
-        }
-        if self.conn.is_some() {
-            self.window_full_hits += 1;
+            return Ok(Offered {
+                sent: 1,
+                seq: Some(seq),
+            });
         }
         if self.queue.len() >= limits.max_messages {
             return Err(Refusal::QueueFull);
@@ -298,40 +325,52 @@ impl SessionState {
             return Err(Refusal::QueueBytesFull);
         }
         self.queued_bytes += msg.cost();
+        let seq = self.take_seq();
         self.queue.push_back(Queued {
+            seq,
+            dup: false,
             msg: msg.clone(),
             qos,
             retain,
             subscription_ids: sub_ids.into(),
             shared: shared.cloned(),
         });
-        Ok(0)
+        Ok(Offered {
+            sent: 0,
+            seq: Some(seq),
+        })
     }
 
     /// Moves queued messages into the inflight window while it has room. Returns
-    /// (PUBLISH packets written, messages dropped as expired).
-    pub fn drain_queue(&mut self, now: Instant) -> (usize, usize) {
+    /// (PUBLISH packets written, messages dropped as expired). `sid` is the session's id, for
+    /// journaling the removal of expired messages of a stored session.
+    pub fn drain_queue(&mut self, sid: u64, now: Instant) -> (usize, usize) {
         let (mut sent, mut expired) = (0, 0);
-        while self.has_window() {
-            let Some(q) = self.queue.pop_front() else {
+        while let Some(front) = self.queue.front() {
+            if !self.can_send(front.seq) {
                 break;
-            };
+            }
+            let q = self.queue.pop_front().expect("front exists");
             self.queued_bytes = self.queued_bytes.saturating_sub(q.msg.cost());
             if q.msg.is_expired(now) {
                 expired += 1;
+                if self.stored {
+                    journal::record(ballast_store::Op::RemoveQueued { sid, seq: q.seq });
+                }
                 continue;
             }
-            let packet_id = self.alloc_packet_id();
+            let packet_id = packet_id_of(q.seq);
             self.write_publish(
                 &q.msg,
                 q.qos,
                 q.retain,
-                false,
+                q.dup,
                 packet_id,
                 &q.subscription_ids,
                 now,
             );
             self.inflight.push_back(Inflight {
+                seq: q.seq,
                 packet_id,
                 msg: q.msg,
                 qos: q.qos,
@@ -378,28 +417,38 @@ impl SessionState {
     }
 
     /// PUBACK (QoS 1) or PUBCOMP (QoS 2) from the client: the message is done.
-    pub fn complete(&mut self, packet_id: u16, expect_qos: QoS) -> bool {
+    pub fn complete(&mut self, sid: u64, packet_id: u16, expect_qos: QoS) -> bool {
         match self
             .inflight
             .iter()
             .position(|f| f.packet_id == packet_id && f.qos == expect_qos)
         {
             Some(i) => {
-                self.inflight.remove(i);
+                if let Some(f) = self.inflight.remove(i) {
+                    if self.stored {
+                        journal::record(ballast_store::Op::RemoveQueued { sid, seq: f.seq });
+                    }
+                }
                 true
             }
             None => false,
         }
     }
 
-    /// PUBREC from the client: mark released; the caller sends PUBREL.
-    pub fn received(&mut self, packet_id: u16) -> bool {
+    /// PUBREC from the client: mark released; the caller sends PUBREL (once the release is
+    /// durable, for a stored session: a PUBREL the client answers makes it forget the packet
+    /// id, so a resend of the PUBLISH after a restart would be a second delivery).
+    pub fn received(&mut self, sid: u64, packet_id: u16) -> bool {
+        let stored = self.stored;
         match self
             .inflight
             .iter_mut()
             .find(|f| f.packet_id == packet_id && f.qos == QoS::ExactlyOnce)
         {
             Some(f) => {
+                if !f.released && stored {
+                    journal::record(ballast_store::Op::Release { sid, seq: f.seq });
+                }
                 f.released = true;
                 true
             }
@@ -425,6 +474,8 @@ impl SessionState {
         for f in self.inflight.drain(..) {
             if f.shared.is_some() && !f.released {
                 out.push(Queued {
+                    seq: f.seq,
+                    dup: false,
                     msg: f.msg,
                     qos: f.qos,
                     retain: f.retain,

@@ -45,6 +45,8 @@ pub fn run(b: Arc<Broker>, stop: Arc<Stop>) {
             publish_sys(&b, now);
             next_sys = now + sys_every;
         }
+        // Sessions ended and wills published: their records go to the store.
+        b.submit_journal();
     }
 }
 
@@ -74,7 +76,7 @@ fn publish_sys(b: &Broker, now: Instant) {
             QoS::AtMostOnce,
             true,
         ));
-        b.retain(&msg);
+        b.retain(&msg, now);
         b.publish(msg, now);
     }
 }

@@ -11,7 +11,9 @@ use std::thread::JoinHandle;
 use mio::{Poll, Token, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::config::{BrokerConfig, ConfigError};
+use ballast_store::{FjallStore, Store, StoreError, Writer};
+
+use crate::config::{BrokerConfig, ConfigError, Durability};
 use crate::core::{Broker, Inbox};
 use crate::metrics::MetricsSnapshot;
 
@@ -28,6 +30,8 @@ pub enum StartError {
     },
     #[error("cannot start the event loop: {0}")]
     Io(#[from] std::io::Error),
+    #[error("cannot open the store in {dir}: {source}")]
+    Store { dir: String, source: StoreError },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,10 +75,41 @@ fn bind_group(
     Ok((actual, all))
 }
 
-/// Starts a broker node: binds its listeners, starts its loop threads and housekeeping, and
-/// returns at once.
+/// Starts a broker node: opens its store and restores what it holds, binds its listeners,
+/// starts its loop threads and housekeeping, and returns at once.
 pub fn start(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
     config.validate()?;
+    let store: Option<Arc<dyn Store>> = match config.store.durability {
+        Durability::None => None,
+        d => {
+            let sync = match d {
+                Durability::Os => ballast_store::Sync::Os,
+                _ => ballast_store::Sync::Fsync,
+            };
+            let dir = &config.store.data_dir;
+            let s = FjallStore::open(dir, sync).map_err(|source| StartError::Store {
+                dir: dir.display().to_string(),
+                source,
+            })?;
+            Some(Arc::new(s))
+        }
+    };
+    start_with_store(config, store)
+}
+
+/// Starts a broker node on a given store backend (`None`: nothing is stored).
+pub fn start_with_store(
+    config: BrokerConfig,
+    store: Option<Arc<dyn Store>>,
+) -> Result<BrokerHandle, StartError> {
+    config.validate()?;
+    let snapshot = match &store {
+        Some(s) => Some(s.load().map_err(|source| StartError::Store {
+            dir: config.store.data_dir.display().to_string(),
+            source,
+        })?),
+        None => None,
+    };
     let n = config.worker_count();
     let mut listeners: Vec<Vec<(ListenerKind, std::net::TcpListener)>> =
         (0..n).map(|_| Vec::new()).collect();
@@ -102,7 +137,31 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
         inboxes.push(Inbox::new(waker));
         polls.push(poll);
     }
-    let broker = Arc::new(Broker::new(config, inboxes));
+    let inboxes: Arc<[Inbox]> = inboxes.into();
+    let writer = store.map(|s| {
+        let wake = inboxes.clone();
+        Writer::start(
+            s,
+            Box::new(move |_| {
+                for inbox in wake.iter() {
+                    inbox.durable_advanced();
+                }
+            }),
+        )
+    });
+    let broker = Arc::new(Broker::new(config, inboxes, writer));
+    if let Some(snap) = snapshot {
+        let orphans = snap.orphans;
+        let (sessions, retained) = (snap.sessions.len(), snap.retained.len());
+        broker.restore(snap, std::time::Instant::now());
+        tracing::info!(
+            sessions,
+            retained,
+            orphans,
+            dir = %broker.config.store.data_dir.display(),
+            "store loaded"
+        );
+    }
     let mut threads = Vec::with_capacity(n + 1);
     for (i, (poll, ls)) in polls.into_iter().zip(listeners).enumerate() {
         let b = broker.clone();
@@ -155,7 +214,13 @@ impl BrokerHandle {
     }
 
     pub fn metrics(&self) -> MetricsSnapshot {
-        self.broker.metrics.snapshot()
+        let mut m = self.broker.metrics.snapshot();
+        m.store = self
+            .broker
+            .writer
+            .as_ref()
+            .map(|w| crate::metrics::StoreSnapshot::of(w.stats()));
+        m
     }
 
     /// Stops accepting, sends 5.0 clients DISCONNECT 0x8B (server shutting down), flushes
@@ -164,12 +229,16 @@ impl BrokerHandle {
         self.broker
             .shutting_down
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        for inbox in &self.broker.inboxes {
+        for inbox in self.broker.inboxes.iter() {
             inbox.wake();
         }
         self.stop.stop();
         for t in self.threads {
             let _ = t.join();
+        }
+        // What the last connections recorded is written before the store closes.
+        if let Some(w) = &self.broker.writer {
+            w.close();
         }
         tracing::info!("broker stopped");
     }

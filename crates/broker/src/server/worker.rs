@@ -99,6 +99,10 @@ struct Worker {
     wheel: Wheel,
     /// Connections that still had data when their read budget ran out.
     again: Vec<(u32, u32)>,
+    /// Connections holding answers back until store writes are durable.
+    waiting: Vec<(u32, u32)>,
+    /// The store's durable ticket when `waiting` was last looked at.
+    last_durable: u64,
     accept_paused_until: Option<Instant>,
 }
 
@@ -121,6 +125,8 @@ pub fn run(
         scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
         wheel: Wheel::new(now),
         again: Vec::new(),
+        waiting: Vec::new(),
+        last_durable: 0,
         accept_paused_until: None,
     };
     for (i, (kind, l)) in listeners.into_iter().enumerate() {
@@ -145,7 +151,13 @@ impl Worker {
         let mut due = Vec::new();
         let mut next_tick = Instant::now() + TICK;
         loop {
-            let timeout = if self.again.is_empty() {
+            let store_advanced = !self.waiting.is_empty()
+                && self
+                    .b
+                    .writer
+                    .as_ref()
+                    .is_some_and(|w| w.durable() != self.last_durable);
+            let timeout = if self.again.is_empty() && !store_advanced {
                 next_tick.saturating_duration_since(Instant::now())
             } else {
                 Duration::ZERO
@@ -183,6 +195,7 @@ impl Worker {
                 }
                 self.readable(t as usize, gen, now);
             }
+            self.release_waiting(now);
             // Commands from other threads and from this one (own publishes need no wake-up,
             // so drain until nothing new arrives).
             for _ in 0..16 {
@@ -204,6 +217,8 @@ impl Worker {
                     }
                 }
             }
+            // Records made outside a packet's handling (a closed connection's session).
+            self.b.submit_journal();
             if now >= next_tick {
                 next_tick = now + TICK;
                 self.wheel.due(now, &mut due);
@@ -319,14 +334,86 @@ impl Worker {
             Io::Handshake(_) => self.handshake(t, now),
             Io::Ws(_) => self.read_ws(t, now),
         };
+        self.wait_for_store(t);
         match result {
             Ok(()) => self.flush(t, gen, now),
             Err(close) => self.close(t, gen, close, now),
         }
     }
 
+    /// Lists a connection whose answers wait for the store.
+    fn wait_for_store(&mut self, t: usize) {
+        let Some(conn) = self.conns.get_mut(t) else {
+            return;
+        };
+        if conn.core.has_held() && conn.core.list_waiting() {
+            self.waiting.push((t as u32, conn.core.loc.gen));
+            // Set before `release_waiting` reads the durable ticket, so a commit in between
+            // still wakes this thread.
+            self.b.inboxes[self.id as usize]
+                .wants_durable
+                .store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether reading may go on; otherwise marks the connection paused (it is resumed when
+    /// its held answers are released).
+    fn may_read(&mut self, t: usize) -> bool {
+        let conn = &mut self.conns[t];
+        if conn.core.wants_read(&self.b) {
+            return true;
+        }
+        conn.core.pause_reading();
+        false
+    }
+
+    /// Sends the answers whose store writes resolved since the last look, and resumes reading
+    /// connections that were paused for them.
+    fn release_waiting(&mut self, now: Instant) {
+        let Some(w) = &self.b.writer else {
+            return;
+        };
+        if self.waiting.is_empty() {
+            return;
+        }
+        let durable = w.durable();
+        if durable == self.last_durable {
+            return;
+        }
+        self.last_durable = durable;
+        let b = self.b.clone();
+        for (t, gen) in std::mem::take(&mut self.waiting) {
+            let Some(conn) = self.conns.get_mut(t as usize) else {
+                continue;
+            };
+            if conn.core.loc.gen != gen {
+                continue;
+            }
+            match conn.core.release_held(&b) {
+                Err(close) => {
+                    self.close(t as usize, gen, close, now);
+                    continue;
+                }
+                Ok(true) => self.waiting.push((t, gen)),
+                Ok(false) => conn.core.unlist_waiting(),
+            }
+            if conn.core.resume_reading(&b) && !conn.read_again {
+                conn.read_again = true;
+                self.again.push((t, gen));
+            }
+        }
+        if self.waiting.is_empty() {
+            self.b.inboxes[self.id as usize]
+                .wants_durable
+                .store(false, Ordering::SeqCst);
+        }
+    }
+
     fn read_tcp(&mut self, t: usize, now: Instant) -> Result<(), Close> {
         for _ in 0..READS_PER_TURN {
+            if !self.may_read(t) {
+                return Ok(());
+            }
             let conn = &mut self.conns[t];
             let Io::Tcp(stream) = &mut conn.io else {
                 return Ok(());
@@ -357,6 +444,9 @@ impl Worker {
 
     fn read_ws(&mut self, t: usize, now: Instant) -> Result<(), Close> {
         for _ in 0..READS_PER_TURN * 4 {
+            if !self.may_read(t) {
+                return Ok(());
+            }
             let conn = &mut self.conns[t];
             let Io::Ws(ws) = &mut conn.io else {
                 return Ok(());
@@ -532,7 +622,7 @@ impl Worker {
                     conn.pending.append(&mut st.out);
                 }
                 st.flush_pending = false;
-                st.backlog = conn.pending.len();
+                st.backlog = conn.pending.len().min(u32::MAX as usize) as u32;
             }
         }
         if !conn.core.direct.is_empty() {
