@@ -1,5 +1,7 @@
 //! Helpers shared by Ballast's tests.
 
+pub mod mqtt;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -74,9 +76,21 @@ pub fn start_broker() -> TestBroker {
     start_broker_with(test_config())
 }
 
+/// Starts a broker on a given store backend (the config's durability is not used).
+pub fn start_broker_on(
+    config: BrokerConfig,
+    store: std::sync::Arc<dyn ballast_store::Store>,
+) -> TestBroker {
+    let handle = ballast_broker::start_with_store(config, Some(store)).expect("broker starts");
+    wrap(handle)
+}
+
 /// Starts a broker with `config` (its listener addresses should use port 0).
 pub fn start_broker_with(config: BrokerConfig) -> TestBroker {
-    let handle = ballast_broker::start(config).expect("broker starts");
+    wrap(ballast_broker::start(config).expect("broker starts"))
+}
+
+fn wrap(handle: BrokerHandle) -> TestBroker {
     let mqtt = handle.mqtt_addr().expect("mqtt listener");
     let ws = handle.ws_addr().unwrap_or(mqtt);
     TestBroker {

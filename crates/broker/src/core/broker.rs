@@ -765,7 +765,12 @@ impl Broker {
         }
         let count = snap.sessions.len();
         // Released QoS 2 deliveries need only their packet id; they share one placeholder.
-        let released = Arc::new(Message::new("", bytes::Bytes::new(), QoS::ExactlyOnce, false));
+        let released = Arc::new(Message::new(
+            "",
+            bytes::Bytes::new(),
+            QoS::ExactlyOnce,
+            false,
+        ));
         for loaded in snap.sessions {
             let rec = loaded.session;
             let s = Arc::new(Session::new(rec.sid, rec.client_id.as_str().into()));

@@ -348,8 +348,7 @@ impl Connection {
                         st.complete(sid, id, QoS::ExactlyOnce)
                     });
                 } else {
-                    let known =
-                        self.ack(b, a.packet_id, now, |st, sid, id| st.received(sid, id));
+                    let known = self.ack(b, a.packet_id, now, |st, sid, id| st.received(sid, id));
                     let code = if known {
                         0
                     } else {
