@@ -30,11 +30,17 @@ struct Node {
 impl Node {
     /// Starts the binary on `data` with `durability` and waits until MQTT accepts.
     fn start(data: &Path, durability: &str) -> Node {
-        let mut node = Node::spawn(data, durability);
+        Node::wait_started(Node::spawn(data, durability))
+    }
+
+    fn wait_started(mut node: Node) -> Node {
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(node.mqtt).is_err() {
             if let Ok(Some(status)) = node.child.try_wait() {
-                panic!("ballast exited with {status} at start:\n{}", node.log_text());
+                panic!(
+                    "ballast exited with {status} at start:\n{}",
+                    node.log_text()
+                );
             }
             assert!(
                 Instant::now() < deadline,
@@ -47,9 +53,17 @@ impl Node {
     }
 
     fn spawn(data: &Path, durability: &str) -> Node {
+        Node::spawn_in(
+            data.parent().expect("data dir has a parent"),
+            data,
+            durability,
+        )
+    }
+
+    /// Like `spawn`, with the log and config file in `parent` rather than beside `data`.
+    fn spawn_in(parent: &Path, data: &Path, durability: &str) -> Node {
         let mqtt = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let parent = data.parent().expect("data dir has a parent");
         let log = parent.join(format!("ballast-{}.log", mqtt.port()));
         // Large queues: a burst into an offline session must not hit the default limit.
         let config = parent.join("ballast.toml");
@@ -93,7 +107,8 @@ impl Node {
     fn metrics(&self) -> String {
         use std::io::{Read, Write};
         let mut s = TcpStream::connect(self.http).expect("http connect");
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .unwrap();
         let mut body = String::new();
         s.read_to_string(&mut body).unwrap();
         body
@@ -205,7 +220,7 @@ fn burst(addr: SocketAddr, acked: Arc<Mutex<Acked>>) {
     'run: loop {
         while sent.len() < 64 {
             seq += 1;
-            let qos = if seq % 2 == 0 {
+            let qos = if seq.is_multiple_of(2) {
                 QoS::AtLeastOnce
             } else {
                 QoS::ExactlyOnce
@@ -289,11 +304,7 @@ fn kill_mid_burst(durability: &str) {
         }
     }
     let lost1: Vec<&String> = acked.qos1.iter().filter(|m| !q1.contains(*m)).collect();
-    let lost2: Vec<&String> = acked
-        .qos2
-        .iter()
-        .filter(|m| !q2.contains_key(*m))
-        .collect();
+    let lost2: Vec<&String> = acked.qos2.iter().filter(|m| !q2.contains_key(*m)).collect();
     assert!(
         lost1.is_empty(),
         "{} acknowledged QoS 1 messages lost: {:?}",
@@ -307,7 +318,10 @@ fn kill_mid_burst(durability: &str) {
         &lost2[..lost2.len().min(10)]
     );
     let twice: Vec<(&String, &usize)> = q2.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "QoS 2 delivered more than once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "QoS 2 delivered more than once: {twice:?}"
+    );
     eprintln!(
         "{durability}: {} + {} acknowledged before kill -9, {} delivered after restart",
         acked.qos1.len(),
@@ -368,4 +382,100 @@ fn a_damaged_data_directory_is_a_clear_error_at_start() {
     assert!(!status.success());
     assert!(log.contains("cannot open the store in"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct SmallDisk {
+    path: PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(path: PathBuf, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(&path).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "cannot mount a tmpfs (the tests run as root)"
+        );
+        SmallDisk { path }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.path).status();
+    }
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_full_disk_refuses_durable_publishes_and_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(dir.path().join("disk"), "8m");
+    let data = disk.path.join("data");
+    let node = Node::wait_started(Node::spawn_in(dir.path(), &data, "fsync"));
+    let (mut sub, _) = persistent(node.mqtt, "sub", true);
+    sub.sub("big/#", QoS::AtLeastOnce);
+    sub.disconnect();
+    let mut live = Client::v5(node.mqtt, "live");
+    live.sub("plain", QoS::AtLeastOnce);
+
+    // 64 KiB messages into the offline session until the disk is full (incompressible: the
+    // journal compresses large entries).
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let payload: Vec<u8> = (0..64 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let mut publ = Client::v5(node.mqtt, "pub");
+    let mut accepted = 0;
+    let refused = loop {
+        let code = publ.publish("big/x", &payload, QoS::AtLeastOnce);
+        if code != 0 {
+            break code;
+        }
+        accepted += 1;
+        assert!(
+            accepted < 1000,
+            "an 8 MiB disk took {accepted} messages of 64 KiB"
+        );
+    };
+    assert_eq!(
+        refused, 0x80,
+        "refused as unspecified error with a reason string"
+    );
+    // A second durable publish is refused too, at once, and the node stays up.
+    assert_eq!(publ.publish("big/y", "small", QoS::ExactlyOnce), 0x80);
+
+    // Everything that needs no store goes on.
+    assert_eq!(publ.publish("plain", "qos1", QoS::AtLeastOnce), 0);
+    publ.publish("plain", "qos0", QoS::AtMostOnce);
+    assert_eq!(payloads(&collect(&mut live, 2)), vec!["qos1", "qos0"]);
+    // New connections and (non-persistent) subscriptions too.
+    let mut other = Client::v5(node.mqtt, "other");
+    other.sub("fresh", QoS::AtLeastOnce);
+    other.assert_receives_from(&mut publ, "fresh");
+
+    let mut node = node;
+    assert!(node.alive(), "the node runs on:\n{}", node.log_text());
+    let m = node.metrics();
+    assert!(metric(&m, "ballast_store_refused_total") >= 2, "{m}");
+    assert!(metric(&m, "ballast_store_failed_commits_total") >= 1, "{m}");
+    let log = node.log_text();
+    assert!(log.contains("store write failed"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    eprintln!("{accepted} messages of 64 KiB accepted before the disk was full");
 }

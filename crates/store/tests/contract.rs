@@ -270,7 +270,7 @@ fn a_damaged_data_directory_is_an_error_not_a_panic() {
     }
     scramble(dir.path());
     let r = FjallStore::open(dir.path(), Sync::Fsync).and_then(|s| s.load());
-    let e = r.err().expect("damaged store must not open cleanly");
+    let e = r.expect_err("damaged store must not open cleanly");
     assert!(!e.to_string().is_empty());
 }
 
