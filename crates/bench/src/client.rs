@@ -85,6 +85,9 @@ pub struct ConnectOptions {
     pub protocol: Protocol,
     pub keep_alive: u16,
     pub clean: bool,
+    /// 5.0 Session Expiry Interval in seconds (a persistent session when set; 3.1.1 uses
+    /// `clean: false`).
+    pub session_expiry: Option<u32>,
     /// Local address to connect from (spreads connections over 127.0.0.0/8).
     pub bind: Option<std::net::IpAddr>,
 }
@@ -95,6 +98,7 @@ impl Default for ConnectOptions {
             protocol: Protocol::V3_1_1,
             keep_alive: 600,
             clean: true,
+            session_expiry: None,
             bind: None,
         }
     }
@@ -128,7 +132,10 @@ pub async fn connect(
         will: None,
         username: None,
         password: None,
-        properties: Properties::default(),
+        properties: Properties {
+            session_expiry_interval: o.session_expiry,
+            ..Properties::default()
+        },
     });
     let mut buf = Vec::new();
     c.encode(o.protocol, &mut buf);

@@ -110,6 +110,7 @@ pub async fn run(a: &ConnsArgs) -> Result<ConnsResult> {
                     protocol,
                     keep_alive: a.keepalive,
                     clean: true,
+                    session_expiry: None,
                     bind: Some(src),
                 };
                 let id = format!("{}-{i}", a.id_prefix);

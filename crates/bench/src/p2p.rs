@@ -99,6 +99,7 @@ pub async fn run(a: &P2pArgs) -> Result<P2pResult> {
                 protocol,
                 keep_alive: 600,
                 clean: true,
+                session_expiry: None,
                 bind: Some(src),
             };
             let addr = a.addr;

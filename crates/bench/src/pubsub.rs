@@ -67,6 +67,11 @@ pub struct PubSubArgs {
     /// Publishers send what is due every this many milliseconds, in one write.
     #[arg(long, default_value_t = 5)]
     pub tick_ms: u64,
+    /// Subscribers hold persistent sessions (3.1.1 clean session 0; 5.0 a session expiry of
+    /// an hour), so QoS 1/2 deliveries go through the broker's durable store. The sessions are
+    /// ended at the end of the run.
+    #[arg(long, default_value_t = false)]
+    pub persistent: bool,
     /// Client id prefix (lets several generator processes share a broker).
     #[arg(long, default_value = "bench")]
     pub id_prefix: String,
@@ -103,6 +108,17 @@ struct Shared {
     stop_publishing: AtomicBool,
 }
 
+/// How subscribers connect: clean, or with a session that outlives the connection.
+fn sub_options(a: &PubSubArgs) -> ConnectOptions {
+    let protocol = proto(a.protocol);
+    ConnectOptions {
+        protocol,
+        clean: !a.persistent,
+        session_expiry: (a.persistent && protocol == Protocol::V5).then_some(3600),
+        ..Default::default()
+    }
+}
+
 fn proto(v: u8) -> Protocol {
     if v == 5 {
         Protocol::V5
@@ -135,11 +151,7 @@ pub async fn run(a: &PubSubArgs) -> Result<PubSubResult> {
             Layout::Pairwise => topic(i),
         };
         let id = format!("{}-s{i}-{run_id:08x}", a.id_prefix);
-        let o = ConnectOptions {
-            protocol,
-            ..Default::default()
-        };
-        let (mut s, mut r) = client::connect(a.addr, &id, &o).await?;
+        let (mut s, mut r) = client::connect(a.addr, &id, &sub_options(a)).await?;
         client::subscribe(&mut s, &mut r, protocol, filter, qos).await?;
         subs.push((s, r));
     }
@@ -242,6 +254,20 @@ pub async fn run(a: &PubSubArgs) -> Result<PubSubResult> {
         let s = t.await.context("subscriber task")??;
         received += s.received;
         dups += s.duplicates;
+    }
+    if a.persistent {
+        // End the persistent sessions: a clean connection of the same id replaces each.
+        for i in 0..a.subscribers {
+            let id = format!("{}-s{i}-{run_id:08x}", a.id_prefix);
+            let o = ConnectOptions {
+                protocol,
+                ..Default::default()
+            };
+            let (mut s, _) = client::connect(a.addr, &id, &o).await?;
+            let mut buf = Vec::new();
+            Packet::Disconnect(Default::default()).encode(protocol, &mut buf);
+            s.write_all(&buf).await?;
+        }
     }
     let secs = a.duration;
     let latency = Latency::from_hist(&hist.lock().unwrap_or_else(|e| e.into_inner()));

@@ -26,7 +26,36 @@ fn args(addr: std::net::SocketAddr) -> pubsub::PubSubArgs {
         window: 16,
         tick_ms: 5,
         id_prefix: "t".into(),
+        persistent: false,
         progress: false,
+    }
+}
+
+#[test]
+fn pubsub_into_persistent_sessions_goes_through_the_store_and_ends_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = test_support::start_broker_with(test_support::durable_config(dir.path()));
+    let rt = rt();
+    for protocol in [4, 5] {
+        let mut a = args(b.mqtt);
+        a.persistent = true;
+        a.protocol = protocol;
+        let before = b.metrics().store.unwrap().ops;
+        let r = rt.block_on(pubsub::run(&a)).unwrap();
+        assert!(r.sent > 0);
+        assert_eq!(r.received, r.expected, "protocol {protocol}: {r:?}");
+        assert_eq!(r.duplicates, 0);
+        // Each delivery was written to the store and removed again when acknowledged.
+        let ops = b.metrics().store.unwrap().ops - before;
+        assert!(
+            ops >= 2 * r.received,
+            "protocol {protocol}: {ops} store writes for {r:?}"
+        );
+        assert!(
+            test_support::wait_for(std::time::Duration::from_secs(3), || b.metrics().sessions
+                == 0),
+            "the run ends its persistent sessions"
+        );
     }
 }
 
