@@ -4,6 +4,7 @@
 #   bench/compare.sh                 # every scenario, 3 rounds, pinned
 #   ROUNDS=5 SCENARIOS="fanin0 fanout" bench/compare.sh
 #   PIN=0 bench/compare.sh           # unpinned
+#   SCENARIOS="pfsync pos pnone" bench/compare.sh   # QoS 1 into persistent sessions
 #
 # Method (docs/BENCHMARKS.md): each broker runs pinned to core 0 and the generator to core 1
 # (PIN=1, the default), so figures are per core; brokers are driven one at a time, A/B
@@ -14,7 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 ROUNDS=${ROUNDS:-3}
 PIN=${PIN:-1}
-SCENARIOS=${SCENARIOS:-"fanin0 lat fanin1 fanout p2p conns"}
+SCENARIOS=${SCENARIOS:-"fanin0 lat fanin1 fanout p2p pfsync pos pnone conns"}
 DURATION=${DURATION:-8}
 OUT=${OUT:-$ROOT/target/bench/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -38,17 +39,25 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
+# Durability of the brokers: Ballast's --durability, Mosquitto's persistence (true/false).
+# The p* scenarios set them; the others run with Ballast's default and Mosquitto's.
+DURABILITY=fsync; M_PERSIST=false
 start_ballast() {
     rm -rf "$OUT/ballast-data"
     $BROKER_CPU "$BALLAST" serve --mqtt 127.0.0.1:$B_PORT --ws 127.0.0.1:0 --http 127.0.0.1:0 \
-        --data "$OUT/ballast-data" --log-level warn --workers 1 >"$OUT/ballast.log" 2>&1 &
+        --data "$OUT/ballast-data" --durability "$DURABILITY" --log-level warn --workers 1 \
+        >>"$OUT/ballast.log" 2>&1 &
     B_PID=$!; PIDS+=("$B_PID")
 }
 start_mosquitto() {
+    rm -rf "$OUT/mosquitto-data"; mkdir -p "$OUT/mosquitto-data"
+    # With persistence on, Mosquitto writes its whole state to one file every autosave
+    # interval (default 1800 s) and at exit, not per message.
     cat >"$OUT/mosquitto.conf" <<CONF
 listener $M_PORT 127.0.0.1
 allow_anonymous true
-persistence false
+persistence $M_PERSIST
+persistence_location $OUT/mosquitto-data/
 max_queued_messages 1000
 set_tcp_nodelay true
 CONF
@@ -87,6 +96,8 @@ scenario_args() {
         lat)    echo "pubsub --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 0 --payload 100 --rate $(lat_rate) --duration $DURATION --warmup 2 --progress false" ;;
         fanin0) echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 0 --payload 100 --duration $DURATION --warmup 2 --start-rate 20000 --factor 1.5 --progress false" ;;
         fanin1) echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 1 --payload 100 --duration $DURATION --warmup 2 --start-rate 5000 --factor 1.5 --progress false" ;;
+        pfsync|pos|pnone)
+                echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 1 --persistent --payload 100 --duration $DURATION --warmup 2 --start-rate 5000 --factor 1.5 --progress false" ;;
         fanout) echo "ladder --addr @ADDR@ -p 1 -s 1000 --layout fan-out --qos 0 --payload 100 --duration $DURATION --warmup 2 --start-rate 20 --factor 1.5 --progress false" ;;
         p2p)    echo "p2p --addr @ADDR@ -n 10000 -m 10 --interval-ms 1000 --drain 5" ;;
         conns)  echo "conns --addr @ADDR@ -n 19000 --steps 4 --pid @PID@" ;;
@@ -104,7 +115,14 @@ for round in $(seq "$ROUNDS"); do
     for s in $SCENARIOS; do
         # Memory per connection is measured on fresh brokers: memory freed by earlier
         # scenarios and kept by the allocator would otherwise be counted against it.
-        if [ "$s" = conns ]; then restart_brokers; fi
+        case $s in
+            pfsync) want="fsync true" ;; pos) want="os true" ;; pnone) want="none true" ;;
+            *) want="fsync false" ;;
+        esac
+        if [ "$s" = conns ] || [ "$want" != "$DURABILITY $M_PERSIST" ]; then
+            read -r DURABILITY M_PERSIST <<<"$want"
+            restart_brokers
+        fi
         read -r -a A <<<"$(scenario_args "$s")"
         # Alternate which broker goes first each round.
         if [ $((round % 2)) -eq 1 ]; then order="ballast mosquitto"; else order="mosquitto ballast"; fi

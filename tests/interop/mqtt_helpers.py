@@ -19,6 +19,8 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 HOST = "127.0.0.1"
 TIMEOUT = 10.0
@@ -196,7 +198,9 @@ class Client:
 
     def __init__(self, port: int, protocol: str = "v311", transport: str = "tcp",
                  client_id: str | None = None, will: tuple[str, bytes, int] | None = None,
-                 ws_path: str = "/mqtt"):
+                 ws_path: str = "/mqtt", persistent: bool = False):
+        """`persistent`: a session that outlives the connection (3.1.1 clean session 0, 5.0
+        clean start 0 with an hour of session expiry)."""
         self.protocol = protocol
         self.messages = Messages()
         self.connected = threading.Event()
@@ -211,6 +215,7 @@ class Client:
             protocol=PROTOCOLS[protocol],
             transport=transport,
             reconnect_on_failure=False,
+            **({"clean_session": not persistent} if protocol == "v311" else {}),
         )
         if transport == "websockets":
             self.c.ws_set_options(path=ws_path)
@@ -221,13 +226,21 @@ class Client:
         self.c.on_disconnect = self._on_disconnect
         self.c.on_subscribe = self._on_subscribe
         self.c.on_message = lambda _c, _u, msg: self.messages.add(msg)
-        self.c.connect(HOST, port, keepalive=30)
+        if protocol == "v5":
+            props = Properties(PacketTypes.CONNECT)
+            if persistent:
+                props.SessionExpiryInterval = 3600
+            self.c.connect(HOST, port, keepalive=30, clean_start=not persistent, properties=props)
+        else:
+            self.c.connect(HOST, port, keepalive=30)
+        self.session_present = None
         self.c.loop_start()
         assert self.connected.wait(TIMEOUT), f"no CONNACK within {TIMEOUT}s"
         assert not self.connect_reason.is_failure, f"CONNECT refused: {self.connect_reason}"
 
-    def _on_connect(self, _c, _u, _flags, reason_code, _props):
+    def _on_connect(self, _c, _u, flags, reason_code, _props):
         self.connect_reason = reason_code
+        self.session_present = flags.session_present
         self.connected.set()
 
     def _on_disconnect(self, _c, _u, _flags, reason_code, _props):

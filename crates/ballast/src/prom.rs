@@ -219,6 +219,12 @@ impl Collector for BrokerCollector {
             )?;
             counter(
                 e,
+                "ballast_store_elided_ops",
+                "Writes that cancelled out within their group (queued and acknowledged before the commit) and were not written",
+                st.elided_ops,
+            )?;
+            counter(
+                e,
                 "ballast_store_commit_microseconds",
                 "Time spent committing to the store",
                 st.commit_micros,
@@ -276,6 +282,7 @@ mod tests {
                 ops: 19,
                 failed_commits: 20,
                 failed_ops: 21,
+                elided_ops: 25,
                 commit_micros: 22,
                 backlog_ops: 23,
                 backlog_bytes: 24,
@@ -307,6 +314,7 @@ mod tests {
             "ballast_store_ops_total 19",
             "ballast_store_failed_commits_total 20",
             "ballast_store_failed_ops_total 21",
+            "ballast_store_elided_ops_total 25",
             "ballast_store_commit_microseconds_total 22",
             "ballast_store_backlog_ops 23",
             "ballast_store_backlog_bytes 24",

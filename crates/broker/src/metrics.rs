@@ -376,6 +376,8 @@ pub struct StoreSnapshot {
     pub ops: u64,
     pub failed_commits: u64,
     pub failed_ops: u64,
+    /// Operations that cancelled out within their group and were not written.
+    pub elided_ops: u64,
     /// Time spent committing, in microseconds.
     pub commit_micros: u64,
     /// Operations and bytes waiting to be written.
@@ -390,6 +392,7 @@ impl StoreSnapshot {
             ops: w.ops.load(Relaxed),
             failed_commits: w.failed_commits.load(Relaxed),
             failed_ops: w.failed_ops.load(Relaxed),
+            elided_ops: w.elided_ops.load(Relaxed),
             commit_micros: w.commit_micros.load(Relaxed),
             backlog_ops: w.backlog_ops.load(Relaxed),
             backlog_bytes: w.backlog_bytes.load(Relaxed),

@@ -1,0 +1,59 @@
+"""Durable sessions with paho-mqtt and mosquitto_pub against the real binary, across kill -9."""
+
+import collections
+
+from mqtt_helpers import Client, mosquitto_pub, start_broker, unique
+
+
+def test_kill_9_keeps_what_paho_and_mosquitto_pub_had_acknowledged(tmp_path):
+    data = tmp_path / "data"
+    topic = unique("durable")
+    b = start_broker(data)
+    try:
+        subs = {}
+        for version in ("v311", "v5"):
+            c = Client(b.mqtt_port, version, client_id=f"dur-{version}", persistent=True)
+            c.subscribe(f"{topic}/#", 2)
+            c.disconnect()
+            subs[version] = c
+        pub = Client(b.mqtt_port, "v5")
+        n = 100
+        for i in range(n):
+            # `publish` returns once PUBACK (QoS 1) or PUBCOMP (QoS 2) came back.
+            pub.publish(f"{topic}/q1", f"q1-{i}".encode(), 1)
+            pub.publish(f"{topic}/q2", f"q2-{i}".encode(), 2)
+        pub.publish(f"{topic}/retained", b"kept", 1, retain=True)
+        mosquitto_pub(b.mqtt_port, f"{topic}/cli", b"from-mosquitto-pub", 1, "v311")
+        pub.close()
+    finally:
+        b.proc.kill()  # SIGKILL: no shutdown, nothing flushed on the way out
+        b.proc.wait()
+
+    b = start_broker(data)
+    try:
+        expected = 2 * n + 2
+        for version in ("v311", "v5"):
+            c = Client(b.mqtt_port, version, client_id=f"dur-{version}", persistent=True)
+            assert c.session_present, f"{version}: the session came back"
+            got = c.messages.wait(expected)
+            by_topic = collections.defaultdict(list)
+            for m in got:
+                by_topic[m.topic.rsplit("/", 1)[1]].append(m.payload.decode())
+            assert sorted(set(by_topic["q1"])) == sorted(f"q1-{i}" for i in range(n)), version
+            assert by_topic["q2"] == [f"q2-{i}" for i in range(n)], f"{version}: QoS 2 once, in order"
+            assert by_topic["retained"] == ["kept"]
+            assert by_topic["cli"] == ["from-mosquitto-pub"]
+            # The subscription is intact: a message published after the restart arrives.
+            after = Client(b.mqtt_port, "v311")
+            after.publish(f"{topic}/after", b"after", 1)
+            c.messages.wait_until(lambda m: m.payload == b"after", what="the message after restart")
+            after.close()
+            c.close()
+        # The retained message is back for a new subscriber.
+        fresh = Client(b.mqtt_port, "v5")
+        fresh.subscribe(f"{topic}/retained", 1)
+        (m,) = fresh.messages.wait(1)
+        assert m.payload == b"kept" and m.retain
+        fresh.close()
+    finally:
+        assert b.stop() == 0, b.log()
