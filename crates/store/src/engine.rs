@@ -10,6 +10,7 @@
 //! Layout: four keyspaces. `sessions` (client id -> session record), `queue` (sid, seq ->
 //! message), `incoming` (sid, packet id -> empty), `retained` (topic -> message).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
@@ -116,36 +117,60 @@ impl Store for FjallStore {
     fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
         let _one = self.apply_lock.lock();
         let mut b = self.db.batch();
-        // Session records put earlier in this group (not yet readable from the keyspace).
-        let mut put: std::collections::HashMap<&str, u64> = Default::default();
+        // What this group wrote so far, which the keyspaces cannot show before the commit:
+        // the owner of each session record (None: removed), and queue and packet-id keys by
+        // session.
+        let mut owner: HashMap<&str, Option<u64>> = HashMap::new();
+        let mut queued: HashMap<u64, Vec<[u8; 16]>> = HashMap::new();
+        let mut incoming: HashMap<u64, Vec<[u8; 10]>> = HashMap::new();
         for op in ops {
             match op {
                 Op::PutSession(s) => {
-                    put.insert(&s.client_id, s.sid);
-                    b.insert(&self.sessions, s.client_id.as_bytes(), record::encode(s))
+                    let current = match owner.get(s.client_id.as_str()) {
+                        Some(&o) => o,
+                        None => self.session_sid(&s.client_id)?,
+                    };
+                    // Session ids only grow: a record of an older session arriving late (from
+                    // another thread) must not replace a newer one.
+                    if current.is_none_or(|c| c <= s.sid) {
+                        owner.insert(&s.client_id, Some(s.sid));
+                        b.insert(&self.sessions, s.client_id.as_bytes(), record::encode(s))
+                    }
                 }
                 Op::RemoveSession { client_id, sid } => {
-                    let owner = match put.get(client_id.as_str()) {
-                        Some(&owner) => Some(owner),
+                    let current = match owner.get(client_id.as_str()) {
+                        Some(&o) => o,
                         None => self.session_sid(client_id)?,
                     };
-                    if owner == Some(*sid) {
-                        put.remove(client_id.as_str());
+                    if current == Some(*sid) {
+                        owner.insert(client_id, None);
                         b.remove(&self.sessions, client_id.as_bytes());
                     }
-                    self.remove_prefix(&mut b, &self.queue, &sid.to_be_bytes())?;
-                    self.remove_prefix(&mut b, &self.incoming, &sid.to_be_bytes())?;
+                    let prefix = sid.to_be_bytes();
+                    self.remove_prefix(&mut b, &self.queue, &prefix)?;
+                    self.remove_prefix(&mut b, &self.incoming, &prefix)?;
+                    for k in queued.remove(sid).unwrap_or_default() {
+                        b.remove(&self.queue, k);
+                    }
+                    for k in incoming.remove(sid).unwrap_or_default() {
+                        b.remove(&self.incoming, k);
+                    }
                 }
                 Op::PutQueued { sid, seq, entry } => {
-                    b.insert(&self.queue, queue_key(*sid, *seq), record::encode(entry))
+                    let k = queue_key(*sid, *seq);
+                    queued.entry(*sid).or_default().push(k);
+                    b.insert(&self.queue, k, record::encode(entry))
                 }
                 Op::Release { sid, seq } => {
-                    let entry = record::encode(&StoredQueued::released());
-                    b.insert(&self.queue, queue_key(*sid, *seq), entry)
+                    let k = queue_key(*sid, *seq);
+                    queued.entry(*sid).or_default().push(k);
+                    b.insert(&self.queue, k, record::encode(&StoredQueued::released()))
                 }
                 Op::RemoveQueued { sid, seq } => b.remove(&self.queue, queue_key(*sid, *seq)),
                 Op::PutIncoming { sid, packet_id } => {
-                    b.insert(&self.incoming, incoming_key(*sid, *packet_id), [])
+                    let k = incoming_key(*sid, *packet_id);
+                    incoming.entry(*sid).or_default().push(k);
+                    b.insert(&self.incoming, k, [])
                 }
                 Op::RemoveIncoming { sid, packet_id } => {
                     b.remove(&self.incoming, incoming_key(*sid, *packet_id))
@@ -167,7 +192,7 @@ impl Store for FjallStore {
     fn load(&self) -> Result<Snapshot, StoreError> {
         let e = |err| engine(&self.path, err);
         let mut snap = Snapshot::default();
-        let mut by_sid = std::collections::HashMap::new();
+        let mut by_sid = HashMap::new();
         for kv in self.sessions.iter() {
             let (k, v) = kv.into_inner().map_err(e)?;
             let s: StoredSession = record::decode("session", &k, &v)?;

@@ -101,7 +101,8 @@ impl StoredQueued {
 /// One change to durable state. A group of them is applied in order.
 #[derive(Debug, Clone)]
 pub enum Op {
-    /// Creates or replaces a session record.
+    /// Creates or replaces a session record; a record of a newer session (higher sid) of the
+    /// same client is left alone.
     PutSession(StoredSession),
     /// Removes a session with everything it holds (queue, received packet ids). The record
     /// under `client_id` is removed only while it still belongs to `sid`: a newer session of

@@ -42,7 +42,10 @@ impl Store for MemoryStore {
         for op in ops {
             match op {
                 Op::PutSession(s) => {
-                    st.sessions.insert(s.client_id.clone(), s.clone());
+                    // Session ids only grow: an older session's record never replaces a newer.
+                    if st.sessions.get(&s.client_id).is_none_or(|c| c.sid <= s.sid) {
+                        st.sessions.insert(s.client_id.clone(), s.clone());
+                    }
                 }
                 Op::RemoveSession { client_id, sid } => {
                     if st.sessions.get(client_id).is_some_and(|s| s.sid == *sid) {

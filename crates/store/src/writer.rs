@@ -1,13 +1,18 @@
 //! Group commit: many submitters, one writer thread, one sync per group.
 //!
-//! A submitter appends operations under a short lock and gets a ticket (the number of its
-//! submission). The writer thread takes everything submitted so far, applies it as one group,
-//! then publishes the highest ticket it covered and calls the commit hook, which the broker
-//! uses to wake the loop threads holding acknowledgements back. Tickets resolve in order, so
-//! "ticket <= durable" is the whole completion protocol; a failed group is remembered as a
-//! range of tickets so its submitters can tell their clients.
+//! A submitter appends an operation under a short lock and gets a ticket (the number of its
+//! submission). The broker submits each change while it holds the lock of the state the change
+//! describes (a session, the retained map), so the store sees changes to one thing in the order
+//! they happened. The writer thread takes everything submitted so far, applies it as one group,
+//! then publishes the highest ticket it covered and calls the commit hook, which the broker uses
+//! to wake the loop threads holding acknowledgements back. Tickets resolve in order, so
+//! "ticket <= durable" is the whole completion protocol.
+//!
+//! A failed group fails every later one too, until the process restarts: after an I/O error
+//! the store cannot know what reached the disk (fjall poisons itself for the same reason), and
+//! writing on would let the stored state drift from the one in memory.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -56,10 +61,12 @@ struct Shared {
     store: Arc<dyn Store>,
     pending: Mutex<Pending>,
     wake: Condvar,
-    /// Every ticket up to this one is resolved (durable, or failed as recorded).
+    /// Every ticket up to this one is resolved (durable, or failed).
     durable: AtomicU64,
-    /// Ranges of tickets whose group failed, oldest first; adjacent ranges are merged.
-    failed: Mutex<VecDeque<(u64, u64)>>,
+    /// Ticket of the latest submission (mirrors `Pending::last` for lock-free reads).
+    submitted: AtomicU64,
+    /// The first ticket of the first failed group; u64::MAX while none failed.
+    failed_from: AtomicU64,
     stats: WriterStats,
     on_commit: Hook,
 }
@@ -68,9 +75,6 @@ pub struct Writer {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
-
-/// Failed ranges kept for late readers; older ones are forgotten.
-const FAILED_RANGES: usize = 1024;
 
 impl Writer {
     /// Starts the writer thread. `on_commit(ticket)` runs on it after each group resolves.
@@ -85,7 +89,8 @@ impl Writer {
             }),
             wake: Condvar::new(),
             durable: AtomicU64::new(0),
-            failed: Mutex::new(VecDeque::new()),
+            submitted: AtomicU64::new(0),
+            failed_from: AtomicU64::new(u64::MAX),
             stats: WriterStats::default(),
             on_commit,
         });
@@ -100,6 +105,15 @@ impl Writer {
         }
     }
 
+    /// Queues one operation; returns its ticket.
+    pub fn submit_one(&self, op: Op) -> u64 {
+        let bytes = op.cost();
+        let mut p = self.shared.pending.lock();
+        let was_empty = p.ops.is_empty();
+        p.ops.push(op);
+        self.account(&mut p, 1, bytes, was_empty)
+    }
+
     /// Queues operations (taken out of `ops`) as one submission; returns its ticket, or 0
     /// when there was nothing to submit.
     pub fn submit(&self, ops: &mut Vec<Op>) -> u64 {
@@ -111,22 +125,22 @@ impl Writer {
         let mut p = self.shared.pending.lock();
         let was_empty = p.ops.is_empty();
         p.ops.append(ops);
+        self.account(&mut p, n, bytes, was_empty)
+    }
+
+    /// Counts a submission under the pending lock (so the writer never subtracts first) and
+    /// wakes the writer if it was idle.
+    fn account(&self, p: &mut Pending, n: u64, bytes: usize, was_empty: bool) -> u64 {
+        let st = &self.shared.stats;
         p.bytes += bytes;
         p.last += 1;
-        let ticket = p.last;
-        drop(p);
-        self.shared
-            .stats
-            .backlog_ops
-            .fetch_add(n, Ordering::Relaxed);
-        self.shared
-            .stats
-            .backlog_bytes
-            .fetch_add(bytes as u64, Ordering::Relaxed);
+        st.backlog_ops.fetch_add(n, Ordering::Relaxed);
+        st.backlog_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.shared.submitted.store(p.last, Ordering::SeqCst);
         if was_empty {
             self.shared.wake.notify_one();
         }
-        ticket
+        p.last
     }
 
     /// The highest ticket resolved so far.
@@ -134,20 +148,25 @@ impl Writer {
         self.shared.durable.load(Ordering::SeqCst)
     }
 
+    /// The ticket of the latest submission from any thread: waiting for it covers everything
+    /// submitted so far.
+    pub fn last(&self) -> u64 {
+        self.shared.submitted.load(Ordering::SeqCst)
+    }
+
     pub fn outcome(&self, ticket: u64) -> Outcome {
         if ticket > self.durable() {
-            return Outcome::Pending;
-        }
-        let failed = self.shared.failed.lock();
-        if failed
-            .iter()
-            .rev()
-            .any(|&(a, b)| a <= ticket && ticket <= b)
-        {
+            Outcome::Pending
+        } else if ticket >= self.shared.failed_from.load(Ordering::SeqCst) {
             Outcome::Failed
         } else {
             Outcome::Durable
         }
+    }
+
+    /// A group failed: nothing more is written until a restart.
+    pub fn failed(&self) -> bool {
+        self.shared.failed_from.load(Ordering::SeqCst) != u64::MAX
     }
 
     /// Bytes submitted and not yet committed.
@@ -185,7 +204,6 @@ impl Drop for Writer {
 }
 
 fn run(s: &Shared) {
-    let mut logged_failure_at: Option<Instant> = None;
     loop {
         let (ops, bytes, upto) = {
             let mut p = s.pending.lock();
@@ -200,43 +218,40 @@ fn run(s: &Shared) {
         };
         let started = Instant::now();
         let n = ops.len() as u64;
-        let (ops, elided) = elide(ops);
-        s.stats
-            .elided_ops
-            .fetch_add(elided as u64, Ordering::Relaxed);
-        let result = s.store.apply(&ops);
         let st = &s.stats;
+        let first = s.durable.load(Ordering::SeqCst) + 1;
+        let result = if s.failed_from.load(Ordering::SeqCst) != u64::MAX {
+            Err(None)
+        } else {
+            let (ops, elided) = elide(ops);
+            st.elided_ops.fetch_add(elided as u64, Ordering::Relaxed);
+            s.store
+                .apply(&ops)
+                .map(|()| n - elided as u64)
+                .map_err(Some)
+        };
         st.commits.fetch_add(1, Ordering::Relaxed);
         st.commit_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         st.backlog_ops.fetch_sub(n, Ordering::Relaxed);
         st.backlog_bytes.fetch_sub(bytes as u64, Ordering::Relaxed);
         match result {
-            Ok(()) => {
-                st.ops.fetch_add(n - elided as u64, Ordering::Relaxed);
+            Ok(written) => {
+                st.ops.fetch_add(written, Ordering::Relaxed);
             }
             Err(e) => {
                 st.failed_commits.fetch_add(1, Ordering::Relaxed);
                 st.failed_ops.fetch_add(n, Ordering::Relaxed);
-                let from = s.durable.load(Ordering::Relaxed) + 1;
-                {
-                    let mut f = s.failed.lock();
-                    match f.back_mut() {
-                        Some(last) if last.1 + 1 == from => last.1 = upto,
-                        _ => f.push_back((from, upto)),
-                    }
-                    if f.len() > FAILED_RANGES {
-                        f.pop_front();
-                    }
-                }
-                // One line per second at most: a full disk fails every group.
-                if logged_failure_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                    logged_failure_at = Some(Instant::now());
-                    tracing::error!(error = %e, ops = n, "store write failed; durable publishes are refused");
+                if let Some(e) = e {
+                    s.failed_from.store(first, Ordering::SeqCst);
+                    tracing::error!(
+                        error = %e,
+                        ops = n,
+                        "store write failed; durable publishes are refused until a restart"
+                    );
                 }
             }
         }
-        drop(ops);
         s.durable.store(upto, Ordering::SeqCst);
         (s.on_commit)(upto);
     }
@@ -250,20 +265,26 @@ fn elide(ops: Vec<Op>) -> (Vec<Op>, usize) {
     if !ops.iter().any(|o| matches!(o, Op::RemoveQueued { .. })) {
         return (ops, 0);
     }
-    // (sid, seq) -> indexes of the put and of any release after it.
+    // (sid, seq) -> indexes of the put and of any release after it, for keys whose first
+    // operation in the group is the put (otherwise the group must write what it says).
     let mut open: HashMap<(u64, u64), Vec<usize>> = HashMap::new();
+    let mut touched: HashSet<(u64, u64)> = HashSet::new();
     let mut dead = vec![false; ops.len()];
     for (i, op) in ops.iter().enumerate() {
         match op {
             Op::PutQueued { sid, seq, .. } => {
-                open.insert((*sid, *seq), vec![i]);
+                if touched.insert((*sid, *seq)) {
+                    open.insert((*sid, *seq), vec![i]);
+                }
             }
             Op::Release { sid, seq } => {
+                touched.insert((*sid, *seq));
                 if let Some(v) = open.get_mut(&(*sid, *seq)) {
                     v.push(i);
                 }
             }
             Op::RemoveQueued { sid, seq } => {
+                touched.insert((*sid, *seq));
                 if let Some(v) = open.remove(&(*sid, *seq)) {
                     for j in v {
                         dead[j] = true;
@@ -271,8 +292,11 @@ fn elide(ops: Vec<Op>) -> (Vec<Op>, usize) {
                     dead[i] = true;
                 }
             }
-            // A removed session takes its entries with it; later puts start afresh.
-            Op::RemoveSession { sid, .. } => open.retain(|k, _| k.0 != *sid),
+            // A removed session takes its entries with it; its keys are not elided after it.
+            Op::RemoveSession { sid, .. } => {
+                open.retain(|k, _| k.0 != *sid);
+                touched.retain(|k| k.0 != *sid);
+            }
             _ => {}
         }
     }
@@ -343,6 +367,18 @@ mod tests {
             keys(&kept),
             vec!["session 1", "put 2/1", "rm 3/7", "put 2/2", "rel 2/2"]
         );
+    }
+
+    #[test]
+    fn a_key_whose_group_starts_with_a_release_is_written_as_it_stands() {
+        let ops = vec![
+            Op::Release { sid: 1, seq: 1 },
+            put(1, 1),
+            Op::RemoveQueued { sid: 1, seq: 1 },
+        ];
+        let (kept, n) = elide(ops);
+        assert_eq!(n, 0);
+        assert_eq!(kept.len(), 3);
     }
 
     #[test]

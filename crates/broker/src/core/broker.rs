@@ -143,46 +143,88 @@ impl Broker {
         &self.sessions[self.hasher.hash_one(client_id) as usize % SHARDS]
     }
 
-    /// Sends what this thread recorded for the store to the writer as one submission.
-    /// Returns its ticket (0 when nothing was recorded).
-    pub fn submit_journal(&self) -> u64 {
-        if journal::is_empty() {
-            return 0;
-        }
-        let mut ops = Vec::new();
-        journal::take(&mut ops);
-        match &self.writer {
-            Some(w) => w.submit(&mut ops),
-            None => 0,
-        }
+    fn w(&self) -> Option<&Writer> {
+        self.writer.as_ref()
     }
 
     /// Records the session's current record (subscriptions, expiry, connection state) for the
     /// store, when it is stored.
     pub fn journal_session(&self, session: &Session, st: &SessionState, now: Instant) {
         if st.stored {
-            journal::record(Op::PutSession(journal::session_record(
-                &session.client_id,
-                session.id,
-                st,
-                now,
-            )));
+            journal::record(
+                self.w(),
+                Op::PutSession(journal::session_record(
+                    &session.client_id,
+                    session.id,
+                    st,
+                    now,
+                )),
+            );
         }
     }
 
     /// Marks a session stored or not after its expiry was set: a session with an expiry
     /// outlives its connection and is written to the store; one without is removed from it.
+    /// A session that becomes stored brings what it already holds along (its queue, the
+    /// messages in flight, received QoS 2 packet ids).
     fn set_stored(&self, session: &Session, st: &mut SessionState, now: Instant) {
         let want = st.expiry_secs > 0 && self.writer.is_some();
         if want {
-            st.stored = true;
+            let was = std::mem::replace(&mut st.stored, true);
             self.journal_session(session, st, now);
+            if !was {
+                self.journal_contents(session.id, st, now);
+            }
         } else if st.stored {
             st.stored = false;
-            journal::record(Op::RemoveSession {
-                client_id: session.client_id.to_string(),
-                sid: session.id,
-            });
+            journal::record(
+                self.w(),
+                Op::RemoveSession {
+                    client_id: session.client_id.to_string(),
+                    sid: session.id,
+                },
+            );
+        }
+    }
+
+    /// Writes everything a session holds (for a session that was not stored until now).
+    fn journal_contents(&self, sid: u64, st: &SessionState, now: Instant) {
+        let w = self.w();
+        for q in &st.queue {
+            let m = journal::stored_message(&q.msg, now);
+            let entry =
+                journal::queued_entry(m, q.qos, q.retain, &q.subscription_ids, q.shared.as_ref());
+            journal::record(
+                w,
+                Op::PutQueued {
+                    sid,
+                    seq: q.seq,
+                    entry,
+                },
+            );
+        }
+        for f in &st.inflight {
+            let op = if f.released {
+                Op::Release { sid, seq: f.seq }
+            } else {
+                let m = journal::stored_message(&f.msg, now);
+                let entry = journal::queued_entry(
+                    m,
+                    f.qos,
+                    f.retain,
+                    &f.subscription_ids,
+                    f.shared.as_ref(),
+                );
+                Op::PutQueued {
+                    sid,
+                    seq: f.seq,
+                    entry,
+                }
+            };
+            journal::record(w, op);
+        }
+        for &packet_id in &st.incoming_qos2 {
+            journal::record(w, Op::PutIncoming { sid, packet_id });
         }
     }
 
@@ -362,10 +404,13 @@ impl Broker {
             st.queued_bytes = 0;
             if st.stored {
                 st.stored = false;
-                journal::record(Op::RemoveSession {
-                    client_id: session.client_id.to_string(),
-                    sid: session.id,
-                });
+                journal::record(
+                    self.w(),
+                    Op::RemoveSession {
+                        client_id: session.client_id.to_string(),
+                        sid: session.id,
+                    },
+                );
             }
             (
                 std::mem::take(&mut st.subscriptions),
@@ -473,9 +518,12 @@ impl Broker {
             if r.remove(&msg.topic).is_some() {
                 self.metrics.retained.fetch_sub(1, Ordering::Relaxed);
                 if store {
-                    journal::record(Op::RemoveRetained {
-                        topic: msg.topic.clone(),
-                    });
+                    journal::record(
+                        self.w(),
+                        Op::RemoveRetained {
+                            topic: msg.topic.clone(),
+                        },
+                    );
                 }
             }
             return true;
@@ -489,7 +537,7 @@ impl Broker {
         }
         r.insert(msg.topic.clone(), msg.clone());
         if store {
-            journal::record(Op::PutRetained(journal::stored_message(msg, now)));
+            journal::record(self.w(), Op::PutRetained(journal::stored_message(msg, now)));
         }
         true
     }
@@ -519,7 +567,7 @@ impl Broker {
                     r.remove(&t);
                     self.metrics.retained.fetch_sub(1, Ordering::Relaxed);
                     if self.writer.is_some() {
-                        journal::record(Op::RemoveRetained { topic: t });
+                        journal::record(self.w(), Op::RemoveRetained { topic: t });
                     }
                 }
             }
@@ -655,10 +703,13 @@ impl Broker {
                 now,
             );
             if from_stored {
-                journal::record(Op::RemoveQueued {
-                    sid: from,
-                    seq: q.seq,
-                });
+                journal::record(
+                    self.w(),
+                    Op::RemoveQueued {
+                        sid: from,
+                        seq: q.seq,
+                    },
+                );
             }
             match offered {
                 Ok(o) => {
@@ -697,7 +748,7 @@ impl Broker {
                 .get_or_insert_with(|| journal::stored_message(msg, now))
                 .clone();
             let entry = journal::queued_entry(m, qos, retain, sub_ids, shared);
-            journal::record(Op::PutQueued { sid, seq, entry });
+            journal::record(self.w(), Op::PutQueued { sid, seq, entry });
         }
         Ok(o)
     }
@@ -758,10 +809,13 @@ impl Broker {
         self.next_session_id
             .fetch_max(snap.max_sid + 1, Ordering::Relaxed);
         for sid in &snap.orphan_sids {
-            journal::record(Op::RemoveSession {
-                client_id: String::new(),
-                sid: *sid,
-            });
+            journal::record(
+                self.w(),
+                Op::RemoveSession {
+                    client_id: String::new(),
+                    sid: *sid,
+                },
+            );
         }
         let count = snap.sessions.len();
         // Released QoS 2 deliveries need only their packet id; they share one placeholder.
@@ -846,7 +900,6 @@ impl Broker {
                 }
             }
         }
-        self.submit_journal();
         count
     }
 

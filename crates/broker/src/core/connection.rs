@@ -159,11 +159,17 @@ impl Connection {
         p.encode(self.protocol, &mut self.direct);
     }
 
-    /// Answers a packet once what handling it recorded for the store is durable: submits this
-    /// thread's journal and holds the answer until its ticket resolves (at once when nothing
-    /// was recorded and nothing is held ahead of it).
+    /// Answers a packet once what handling it submitted to the store is durable: the answer is
+    /// held until the ticket resolves (sent at once when nothing was submitted and nothing is
+    /// held ahead of it).
     fn respond(&mut self, b: &Broker, p: Packet) {
-        let ticket = b.submit_journal();
+        self.respond_after(b, journal::ticket(), p);
+    }
+
+    /// Like `respond`, waiting for `ticket` at least (for answers that depend on writes made
+    /// by other threads: everything submitted so far is covered by `Writer::last`).
+    fn respond_after(&mut self, b: &Broker, ticket: u64, p: Packet) {
+        let ticket = ticket.max(journal::ticket());
         let held = self.extra.as_ref().is_some_and(|x| !x.held.is_empty());
         if ticket == 0 && !held {
             self.send(b, &p);
@@ -258,6 +264,19 @@ impl Connection {
     fn refuse_stored(&mut self, b: &Broker, p: &mut Packet) -> Result<(), Close> {
         let is_rec = matches!(p, Packet::PubRec(_));
         match p {
+            Packet::PubComp(c) => {
+                // The packet id could not be forgotten in the store. Keep it here too and do
+                // not confirm: the client sends PUBREL again when it reconnects.
+                let mut st = self.session().state.lock();
+                if !st.incoming_qos2.contains(&c.packet_id) {
+                    st.incoming_qos2.push(c.packet_id);
+                }
+                return Err(Close::new(
+                    CloseReason::StoreFailure,
+                    Some(ReasonCode::UnspecifiedError),
+                    STORE_FAILED,
+                ));
+            }
             Packet::PubAck(a) | Packet::PubRec(a) if a.code < 0x80 => {
                 b.metrics.add(|c| &c.store_refused, 1);
                 if is_rec {
@@ -317,14 +336,7 @@ impl Connection {
 
     /// Handles one decoded packet.
     pub fn handle(&mut self, b: &Broker, packet: Packet, now: Instant) -> Result<(), Close> {
-        let r = self.handle_packet(b, packet, now);
-        // What was recorded without an answer waiting on it (deliveries of retained messages
-        // after a SUBACK, a session record at CONNECT) goes to the store now.
-        b.submit_journal();
-        r
-    }
-
-    fn handle_packet(&mut self, b: &Broker, packet: Packet, now: Instant) -> Result<(), Close> {
+        journal::begin();
         self.last_recv = now;
         if self.phase == Phase::AwaitConnect {
             return match packet {
@@ -336,19 +348,21 @@ impl Connection {
         match packet {
             Packet::Publish(p) => self.publish(b, p, now),
             Packet::PubAck(a) => {
-                self.ack(b, a.packet_id, now, |st, sid, id| {
-                    st.complete(sid, id, QoS::AtLeastOnce)
+                self.ack(b, a.packet_id, now, |st, w, sid, id| {
+                    st.complete(w, sid, id, QoS::AtLeastOnce)
                 });
                 Ok(())
             }
             Packet::PubRec(a) => {
                 if a.code >= 0x80 {
                     // A failed PUBREC ends the flow [MQTT-4.3.3-?]: nothing more is sent.
-                    self.ack(b, a.packet_id, now, |st, sid, id| {
-                        st.complete(sid, id, QoS::ExactlyOnce)
+                    self.ack(b, a.packet_id, now, |st, w, sid, id| {
+                        st.complete(w, sid, id, QoS::ExactlyOnce)
                     });
                 } else {
-                    let known = self.ack(b, a.packet_id, now, |st, sid, id| st.received(sid, id));
+                    let known = self.ack(b, a.packet_id, now, |st, w, sid, id| {
+                        st.received(w, sid, id)
+                    });
                     let code = if known {
                         0
                     } else {
@@ -364,8 +378,8 @@ impl Connection {
                 Ok(())
             }
             Packet::PubComp(a) => {
-                self.ack(b, a.packet_id, now, |st, sid, id| {
-                    st.complete(sid, id, QoS::ExactlyOnce)
+                self.ack(b, a.packet_id, now, |st, w, sid, id| {
+                    st.complete(w, sid, id, QoS::ExactlyOnce)
                 });
                 Ok(())
             }
@@ -383,10 +397,13 @@ impl Connection {
                     if known && stored {
                         // PUBCOMP waits for this: a client told PUBCOMP may reuse the id, and
                         // a stale id after a restart would swallow its next message.
-                        journal::record(Op::RemoveIncoming {
-                            sid: session.id,
-                            packet_id: a.packet_id,
-                        });
+                        journal::record(
+                            b.writer.as_ref(),
+                            Op::RemoveIncoming {
+                                sid: session.id,
+                                packet_id: a.packet_id,
+                            },
+                        );
                     }
                     known
                 };
@@ -430,13 +447,14 @@ impl Connection {
         b: &Broker,
         packet_id: u16,
         now: Instant,
-        f: impl FnOnce(&mut SessionState, u64, u16) -> bool,
+        f: impl FnOnce(&mut SessionState, Option<&ballast_store::Writer>, u64, u16) -> bool,
     ) -> bool {
         let s = self.session().clone();
         let mut st = s.state.lock();
-        let known = f(&mut st, s.id, packet_id);
+        let w = b.writer.as_ref();
+        let known = f(&mut st, w, s.id, packet_id);
         if known {
-            let (sent, expired) = st.drain_queue(s.id, now);
+            let (sent, expired) = st.drain_queue(w, s.id, now);
             if sent > 0 {
                 b.metrics.add(|c| &c.messages_sent, sent as u64);
                 b.schedule_flush(&mut st);
@@ -593,8 +611,11 @@ impl Connection {
         };
         let mut st = session.state.lock();
         st.write(&Packet::ConnAck(ack));
-        let resent = st.resend_inflight(now);
-        let (sent, expired) = st.drain_queue(session.id, now);
+        // PUBRELs still due wait for their "released" mark, which another thread may have
+        // submitted just now, to be durable: everything submitted so far.
+        let hold_rel = st.stored;
+        let (resent, releases) = st.resend_inflight(now, !hold_rel);
+        let (sent, expired) = st.drain_queue(b.writer.as_ref(), session.id, now);
         if resent + sent > 0 {
             b.metrics.add(|c| &c.messages_sent, (resent + sent) as u64);
         }
@@ -602,6 +623,18 @@ impl Connection {
             b.metrics.add(|c| &c.messages_expired, expired as u64);
         }
         b.schedule_flush(&mut st);
+        drop(st);
+        if !releases.is_empty() {
+            let last = b.writer.as_ref().map_or(0, |w| w.last());
+            for packet_id in releases {
+                let rel = PubAck {
+                    packet_id,
+                    code: 0,
+                    properties: Properties::default(),
+                };
+                self.respond_after(b, last, Packet::PubRel(rel));
+            }
+        }
         Ok(())
     }
 
@@ -683,13 +716,16 @@ impl Connection {
             let st = session.state.lock();
             if st.incoming_qos2.contains(&p.packet_id) {
                 // A resend before PUBREL: acknowledge again, deliver nothing [MQTT-4.3.3-10].
+                // The first PUBLISH may have come on an earlier connection, handled on another
+                // thread: wait for everything submitted so far.
                 drop(st);
                 let rec = PubAck {
                     packet_id: p.packet_id,
                     code: 0,
                     properties: Properties::default(),
                 };
-                self.respond(b, Packet::PubRec(rec));
+                let last = b.writer.as_ref().map_or(0, |w| w.last());
+                self.respond_after(b, last, Packet::PubRec(rec));
                 return Ok(());
             }
             if st.incoming_qos2.len() >= limits.receive_maximum as usize {
@@ -732,10 +768,13 @@ impl Connection {
                     st.incoming_qos2.push(p.packet_id);
                     if st.stored {
                         // A resend of this PUBLISH after a restart must be known as one.
-                        journal::record(Op::PutIncoming {
-                            sid: session.id,
-                            packet_id: p.packet_id,
-                        });
+                        journal::record(
+                            b.writer.as_ref(),
+                            Op::PutIncoming {
+                                sid: session.id,
+                                packet_id: p.packet_id,
+                            },
+                        );
                     }
                 }
                 self.respond(b, Packet::PubRec(ack));

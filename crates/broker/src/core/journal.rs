@@ -1,35 +1,44 @@
-//! What the protocol core asks the store to write, collected per thread.
+//! What the protocol core asks the store to write.
 //!
-//! Handling one packet can touch several sessions (a publish reaches every persistent
-//! subscriber). Each change is recorded here as it happens, and the connection submits the
-//! whole list to the store writer as one submission when it answers the packet; the answer
-//! waits for that submission's ticket (see `Connection::respond`). Loop turns and housekeeping
-//! submit whatever is left at their end, so nothing recorded stays behind.
+//! Each change is submitted to the store writer as it happens, while the caller holds the lock
+//! of the state it describes (a session's, the retained map's): the store then sees the changes
+//! to one thing in the order they were made, whichever threads made them. Handling one packet
+//! can make several (a publish reaches every persistent subscriber); the highest ticket this
+//! thread got since the packet's handling began is what its answer waits for (see
+//! `Connection::respond`).
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use ballast_store::{unix_ms, Op, StoredMessage, StoredQueued, StoredSession, StoredSubscription};
+use ballast_store::{
+    unix_ms, Op, StoredMessage, StoredQueued, StoredSession, StoredSubscription, Writer,
+};
 
 use super::message::Message;
 use super::session::{SessionState, Subscription};
 
 thread_local! {
-    static OPS: RefCell<Vec<Op>> = const { RefCell::new(Vec::new()) };
+    /// The highest ticket submitted by this thread since `begin`.
+    static LAST: Cell<u64> = const { Cell::new(0) };
 }
 
-pub fn record(op: Op) {
-    OPS.with(|o| o.borrow_mut().push(op));
+/// Submits a change to the store (nothing without a writer).
+pub fn record(w: Option<&Writer>, op: Op) {
+    if let Some(w) = w {
+        let t = w.submit_one(op);
+        LAST.with(|l| l.set(l.get().max(t)));
+    }
 }
 
-/// Moves everything recorded on this thread into `into`.
-pub fn take(into: &mut Vec<Op>) {
-    OPS.with(|o| into.append(&mut o.borrow_mut()));
+/// Starts the handling of a packet: earlier submissions of this thread are not its concern.
+pub fn begin() {
+    LAST.with(|l| l.set(0));
 }
 
-pub fn is_empty() -> bool {
-    OPS.with(|o| o.borrow().is_empty())
+/// The ticket covering everything this thread submitted since `begin` (0: nothing).
+pub fn ticket() -> u64 {
+    LAST.with(|l| l.get())
 }
 
 /// Wall-clock time for an instant, for records that must mean the same after a restart.
@@ -46,10 +55,12 @@ pub fn to_unix_ms(t: Instant, now: Instant) -> u64 {
 /// The instant a stored wall-clock time corresponds to in this process.
 pub fn from_unix_ms(ms: u64, now: Instant) -> Instant {
     let wall_now = unix_ms(SystemTime::now());
+    // Clamped: a stored time far in the future (or damaged) must not overflow an Instant.
     if ms >= wall_now {
-        now + std::time::Duration::from_millis(ms - wall_now)
+        let ahead = Duration::from_millis((ms - wall_now).min(100 * 365 * 24 * 3600 * 1000));
+        now.checked_add(ahead).unwrap_or(now)
     } else {
-        now.checked_sub(std::time::Duration::from_millis(wall_now - ms))
+        now.checked_sub(Duration::from_millis(wall_now - ms))
             .unwrap_or(now)
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ballast_codec::{Packet, Protocol, PubAck, QoS, SubOptions};
+use ballast_store::{Op, Writer};
 use parking_lot::Mutex;
 
 use super::journal;
@@ -344,7 +345,7 @@ impl SessionState {
     /// Moves queued messages into the inflight window while it has room. Returns
     /// (PUBLISH packets written, messages dropped as expired). `sid` is the session's id, for
     /// journaling the removal of expired messages of a stored session.
-    pub fn drain_queue(&mut self, sid: u64, now: Instant) -> (usize, usize) {
+    pub fn drain_queue(&mut self, w: Option<&Writer>, sid: u64, now: Instant) -> (usize, usize) {
         let (mut sent, mut expired) = (0, 0);
         while let Some(front) = self.queue.front() {
             if !self.can_send(front.seq) {
@@ -355,7 +356,7 @@ impl SessionState {
             if q.msg.is_expired(now) {
                 expired += 1;
                 if self.stored {
-                    journal::record(ballast_store::Op::RemoveQueued { sid, seq: q.seq });
+                    journal::record(w, Op::RemoveQueued { sid, seq: q.seq });
                 }
                 continue;
             }
@@ -385,14 +386,19 @@ impl SessionState {
     }
 
     /// Resends everything in flight after a reconnect: PUBLISH with DUP set, or PUBREL for
-    /// QoS 2 messages already received by the client [MQTT-4.4.0-1].
-    pub fn resend_inflight(&mut self, now: Instant) -> usize {
+    /// QoS 2 messages already received by the client [MQTT-4.4.0-1]. With `pubrel` false the
+    /// PUBRELs are not written but their packet ids returned, for the caller to send later.
+    /// Returns the PUBLISH packets written and those packet ids.
+    pub fn resend_inflight(&mut self, now: Instant, pubrel: bool) -> (usize, Vec<u16>) {
         let proto = self.params.protocol;
         // Taken out while writing: `write_publish` needs `&mut self` for the alias table.
         let inflight = std::mem::take(&mut self.inflight);
         let mut sent = 0;
+        let mut releases = Vec::new();
         for f in &inflight {
-            if f.released {
+            if f.released && !pubrel {
+                releases.push(f.packet_id);
+            } else if f.released {
                 let p = Packet::PubRel(PubAck {
                     packet_id: f.packet_id,
                     code: 0,
@@ -413,11 +419,17 @@ impl SessionState {
             }
         }
         self.inflight = inflight;
-        sent
+        (sent, releases)
     }
 
     /// PUBACK (QoS 1) or PUBCOMP (QoS 2) from the client: the message is done.
-    pub fn complete(&mut self, sid: u64, packet_id: u16, expect_qos: QoS) -> bool {
+    pub fn complete(
+        &mut self,
+        w: Option<&Writer>,
+        sid: u64,
+        packet_id: u16,
+        expect_qos: QoS,
+    ) -> bool {
         match self
             .inflight
             .iter()
@@ -426,7 +438,7 @@ impl SessionState {
             Some(i) => {
                 if let Some(f) = self.inflight.remove(i) {
                     if self.stored {
-                        journal::record(ballast_store::Op::RemoveQueued { sid, seq: f.seq });
+                        journal::record(w, Op::RemoveQueued { sid, seq: f.seq });
                     }
                 }
                 true
@@ -438,7 +450,7 @@ impl SessionState {
     /// PUBREC from the client: mark released; the caller sends PUBREL (once the release is
     /// durable, for a stored session: a PUBREL the client answers makes it forget the packet
     /// id, so a resend of the PUBLISH after a restart would be a second delivery).
-    pub fn received(&mut self, sid: u64, packet_id: u16) -> bool {
+    pub fn received(&mut self, w: Option<&Writer>, sid: u64, packet_id: u16) -> bool {
         let stored = self.stored;
         match self
             .inflight
@@ -447,7 +459,7 @@ impl SessionState {
         {
             Some(f) => {
                 if !f.released && stored {
-                    journal::record(ballast_store::Op::Release { sid, seq: f.seq });
+                    journal::record(w, Op::Release { sid, seq: f.seq });
                 }
                 f.released = true;
                 true

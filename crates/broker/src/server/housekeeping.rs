@@ -45,8 +45,6 @@ pub fn run(b: Arc<Broker>, stop: Arc<Stop>) {
             publish_sys(&b, now);
             next_sys = now + sys_every;
         }
-        // Sessions ended and wills published: their records go to the store.
-        b.submit_journal();
     }
 }
 

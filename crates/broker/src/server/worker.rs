@@ -217,8 +217,6 @@ impl Worker {
                     }
                 }
             }
-            // Records made outside a packet's handling (a closed connection's session).
-            self.b.submit_journal();
             if now >= next_tick {
                 next_tick = now + TICK;
                 self.wheel.due(now, &mut due);
