@@ -55,6 +55,8 @@ struct Pending {
     /// Ticket of the latest submission.
     last: u64,
     closed: bool,
+    /// The writer thread is waiting for work.
+    idle: bool,
 }
 
 struct Shared {
@@ -86,6 +88,7 @@ impl Writer {
                 bytes: 0,
                 last: 0,
                 closed: false,
+                idle: false,
             }),
             wake: Condvar::new(),
             durable: AtomicU64::new(0),
@@ -105,13 +108,23 @@ impl Writer {
         }
     }
 
-    /// Queues one operation; returns its ticket.
+    /// Queues one operation; returns its ticket. The writer is not woken: the caller calls
+    /// `kick` once it has submitted what it has (a loop thread, once per turn), so a burst of
+    /// submissions costs one wake-up and forms one group. An idle writer also looks for work
+    /// every few milliseconds on its own.
     pub fn submit_one(&self, op: Op) -> u64 {
         let bytes = op.cost();
         let mut p = self.shared.pending.lock();
-        let was_empty = p.ops.is_empty();
         p.ops.push(op);
-        self.account(&mut p, 1, bytes, was_empty)
+        self.account(&mut p, 1, bytes, false)
+    }
+
+    /// Wakes the writer if it is waiting and there is something to write.
+    pub fn kick(&self) {
+        let p = self.shared.pending.lock();
+        if p.idle && !p.ops.is_empty() {
+            self.shared.wake.notify_one();
+        }
     }
 
     /// Queues operations (taken out of `ops`) as one submission; returns its ticket, or 0
@@ -203,12 +216,17 @@ impl Drop for Writer {
     }
 }
 
+/// How often an idle writer looks for submissions nobody kicked it for.
+const IDLE_LOOK: Duration = Duration::from_millis(5);
+
 fn run(s: &Shared) {
     loop {
         let (ops, bytes, upto) = {
             let mut p = s.pending.lock();
             while p.ops.is_empty() && !p.closed {
-                s.wake.wait(&mut p);
+                p.idle = true;
+                s.wake.wait_for(&mut p, IDLE_LOOK);
+                p.idle = false;
             }
             if p.ops.is_empty() {
                 return;
@@ -272,10 +290,8 @@ fn elide(ops: Vec<Op>) -> (Vec<Op>, usize) {
     let mut dead = vec![false; ops.len()];
     for (i, op) in ops.iter().enumerate() {
         match op {
-            Op::PutQueued { sid, seq, .. } => {
-                if touched.insert((*sid, *seq)) {
-                    open.insert((*sid, *seq), vec![i]);
-                }
+            Op::PutQueued { sid, seq, .. } if touched.insert((*sid, *seq)) => {
+                open.insert((*sid, *seq), vec![i]);
             }
             Op::Release { sid, seq } => {
                 touched.insert((*sid, *seq));

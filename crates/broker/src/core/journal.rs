@@ -21,13 +21,27 @@ use super::session::{SessionState, Subscription};
 thread_local! {
     /// The highest ticket submitted by this thread since `begin`.
     static LAST: Cell<u64> = const { Cell::new(0) };
+    /// This thread submitted something since it last kicked the writer.
+    static DIRTY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Submits a change to the store (nothing without a writer).
+/// Submits a change to the store (nothing without a writer). The writer starts on it at the
+/// next `kick`.
 pub fn record(w: Option<&Writer>, op: Op) {
     if let Some(w) = w {
         let t = w.submit_one(op);
         LAST.with(|l| l.set(l.get().max(t)));
+        DIRTY.with(|d| d.set(true));
+    }
+}
+
+/// Wakes the writer for what this thread submitted (once per loop turn: one wake-up, one
+/// group, however many messages).
+pub fn kick(w: Option<&Writer>) {
+    if DIRTY.with(|d| d.replace(false)) {
+        if let Some(w) = w {
+            w.kick();
+        }
     }
 }
 

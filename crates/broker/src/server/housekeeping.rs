@@ -45,6 +45,7 @@ pub fn run(b: Arc<Broker>, stop: Arc<Stop>) {
             publish_sys(&b, now);
             next_sys = now + sys_every;
         }
+        crate::core::journal::kick(b.writer.as_ref());
     }
 }
 

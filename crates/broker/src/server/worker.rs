@@ -195,6 +195,8 @@ impl Worker {
                 }
                 self.readable(t as usize, gen, now);
             }
+            // What this turn's packets submitted goes to the store as one group.
+            crate::core::journal::kick(self.b.writer.as_ref());
             self.release_waiting(now);
             // Commands from other threads and from this one (own publishes need no wake-up,
             // so drain until nothing new arrives).
@@ -217,6 +219,8 @@ impl Worker {
                     }
                 }
             }
+            // Closed connections' sessions, for instance.
+            crate::core::journal::kick(self.b.writer.as_ref());
             if now >= next_tick {
                 next_tick = now + TICK;
                 self.wheel.due(now, &mut due);
