@@ -53,6 +53,9 @@ pub struct StoreConfig {
     /// Bytes of writes waiting for the store before publishers that need it are paused (their
     /// sockets are not read until the store catches up).
     pub max_backlog_bytes: usize,
+    /// Group commit delay in microseconds: while the store is busy, a group starts this long
+    /// after the previous one ended, so more messages share it. 0 disables it.
+    pub commit_delay_us: u64,
 }
 
 impl Default for StoreConfig {
@@ -61,6 +64,7 @@ impl Default for StoreConfig {
             durability: Durability::Fsync,
             data_dir: PathBuf::from("data"),
             max_backlog_bytes: 64 * 1024 * 1024,
+            commit_delay_us: 200,
         }
     }
 }
@@ -183,6 +187,9 @@ impl BrokerConfig {
         }
         if self.store.max_backlog_bytes < 1024 * 1024 {
             return Err(bad("store.max_backlog_bytes", "must be at least 1048576"));
+        }
+        if self.store.commit_delay_us > 100_000 {
+            return Err(bad("store.commit_delay_us", "at most 100000 (0.1 s)"));
         }
         self.limits.validate()
     }

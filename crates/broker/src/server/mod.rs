@@ -149,6 +149,11 @@ pub fn start_with_store(
             }),
         )
     });
+    if let Some(w) = &writer {
+        w.set_commit_delay(std::time::Duration::from_micros(
+            config.store.commit_delay_us,
+        ));
+    }
     let broker = Arc::new(Broker::new(config, inboxes, writer));
     if let Some(snap) = snapshot {
         let orphans = snap.orphans;
