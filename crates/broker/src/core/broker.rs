@@ -190,7 +190,7 @@ impl Broker {
     /// Writes everything a session holds (for a session that was not stored until now).
     fn journal_contents(&self, sid: u64, st: &SessionState, now: Instant) {
         let w = self.w();
-        for q in &st.queue {
+        for q in &st.fl().queue {
             let m = journal::stored_message(&q.msg, now);
             let entry =
                 journal::queued_entry(m, q.qos, q.retain, &q.subscription_ids, q.shared.as_ref());
@@ -203,7 +203,7 @@ impl Broker {
                 },
             );
         }
-        for f in &st.inflight {
+        for f in &st.fl().inflight {
             let op = if f.released {
                 Op::Release { sid, seq: f.seq }
             } else {
@@ -223,7 +223,7 @@ impl Broker {
             };
             journal::record(w, op);
         }
-        for &packet_id in &st.incoming_qos2 {
+        for &packet_id in &st.fl().incoming_qos2 {
             journal::record(w, Op::PutIncoming { sid, packet_id });
         }
     }
@@ -369,8 +369,9 @@ impl Broker {
                 // No other member to take them: they wait for this one to come back.
                 let mut st = session.state.lock();
                 for q in left {
-                    st.queued_bytes += q.msg.cost();
-                    st.queue.push_back(q);
+                    let fl = st.fl_mut();
+                    fl.queued_bytes += q.msg.cost();
+                    fl.queue.push_back(q);
                 }
             }
         }
@@ -399,9 +400,7 @@ impl Broker {
             }
             st.ended = true;
             let shared = st.take_shared();
-            st.queue.clear();
-            st.inflight.clear();
-            st.queued_bytes = 0;
+            st.clear_flows();
             if st.stored {
                 st.stored = false;
                 journal::record(
@@ -412,11 +411,7 @@ impl Broker {
                     },
                 );
             }
-            (
-                std::mem::take(&mut st.subscriptions),
-                st.delayed_will.take(),
-                shared,
-            )
+            (st.take_subscriptions(), st.delayed_will.take(), shared)
         };
         self.metrics.sessions.fetch_sub(1, Ordering::Relaxed);
         if !subs.is_empty() {
@@ -848,7 +843,7 @@ impl Broker {
                         },
                         subscription_id: f.subscription_id,
                     };
-                    st.subscriptions.insert(f.filter.clone(), sub.clone());
+                    st.add_subscription(f.filter.clone(), sub.clone());
                     subs.push((f.filter, sub));
                 }
                 for (seq, e) in loaded.queue {
@@ -856,7 +851,7 @@ impl Broker {
                     let qos = QoS::from_u8(e.qos).unwrap_or(QoS::AtLeastOnce);
                     let shared = e.shared.map(|g| Arc::<str>::from(g.as_str()));
                     match e.msg {
-                        None => st.inflight.push_back(Inflight {
+                        None => st.fl_mut().inflight.push_back(Inflight {
                             seq,
                             packet_id: packet_id_of(seq),
                             msg: released.clone(),
@@ -868,8 +863,9 @@ impl Broker {
                         }),
                         Some(m) => {
                             let msg = Arc::new(Message::from_stored(&m, now));
-                            st.queued_bytes += msg.cost();
-                            st.queue.push_back(Queued {
+                            let fl = st.fl_mut();
+                            fl.queued_bytes += msg.cost();
+                            fl.queue.push_back(Queued {
                                 seq,
                                 dup: true,
                                 msg,
@@ -881,7 +877,9 @@ impl Broker {
                         }
                     }
                 }
-                st.incoming_qos2 = loaded.incoming;
+                if !loaded.incoming.is_empty() {
+                    st.fl_mut().incoming_qos2 = loaded.incoming;
+                }
             }
             for (filter, sub) in &subs {
                 self.subscribe(&s, filter, sub);

@@ -268,8 +268,8 @@ impl Connection {
                 // The packet id could not be forgotten in the store. Keep it here too and do
                 // not confirm: the client sends PUBREL again when it reconnects.
                 let mut st = self.session().state.lock();
-                if !st.incoming_qos2.contains(&c.packet_id) {
-                    st.incoming_qos2.push(c.packet_id);
+                if !st.fl().incoming_qos2.contains(&c.packet_id) {
+                    st.fl_mut().incoming_qos2.push(c.packet_id);
                 }
                 return Err(Close::new(
                     CloseReason::StoreFailure,
@@ -282,7 +282,7 @@ impl Connection {
                 if is_rec {
                     // The flow ends here: forget the packet id so its reuse is a new message.
                     let mut st = self.session().state.lock();
-                    st.incoming_qos2.retain(|id| *id != a.packet_id);
+                    st.fl_mut().incoming_qos2.retain(|id| *id != a.packet_id);
                 }
                 if !self.protocol.is_v5() {
                     return Err(Close::new(CloseReason::StoreFailure, None, STORE_FAILED));
@@ -388,7 +388,7 @@ impl Connection {
                     let session = self.session();
                     let mut st = session.state.lock();
                     let stored = st.stored;
-                    let ids = &mut st.incoming_qos2;
+                    let ids = &mut st.fl_mut().incoming_qos2;
                     let known = ids
                         .iter()
                         .position(|id| *id == a.packet_id)
@@ -714,7 +714,7 @@ impl Connection {
         let session = self.session().clone();
         if p.qos == QoS::ExactlyOnce {
             let st = session.state.lock();
-            if st.incoming_qos2.contains(&p.packet_id) {
+            if st.fl().incoming_qos2.contains(&p.packet_id) {
                 // A resend before PUBREL: acknowledge again, deliver nothing [MQTT-4.3.3-10].
                 // The first PUBLISH may have come on an earlier connection, handled on another
                 // thread: wait for everything submitted so far.
@@ -728,7 +728,7 @@ impl Connection {
                 self.respond_after(b, last, Packet::PubRec(rec));
                 return Ok(());
             }
-            if st.incoming_qos2.len() >= limits.receive_maximum as usize {
+            if st.fl().incoming_qos2.len() >= limits.receive_maximum as usize {
                 b.metrics.limit(Limit::ReceiveMaximum);
                 return Err(Close::new(
                     CloseReason::LimitExceeded,
@@ -765,7 +765,7 @@ impl Connection {
             QoS::ExactlyOnce => {
                 if code == ReasonCode::Success {
                     let mut st = session.state.lock();
-                    st.incoming_qos2.push(p.packet_id);
+                    st.fl_mut().incoming_qos2.push(p.packet_id);
                     if st.stored {
                         // A resend of this PUBLISH after a restart must be known as one.
                         journal::record(
@@ -814,12 +814,12 @@ impl Connection {
             };
             let stored = {
                 let mut st = session.state.lock();
-                if !st.subscriptions.contains_key(&f.filter)
-                    && st.subscriptions.len() >= limits.max_subscriptions_per_client
+                if st.subscription(&f.filter).is_none()
+                    && st.subscription_count() >= limits.max_subscriptions_per_client
                 {
                     false
                 } else {
-                    st.subscriptions.insert(f.filter.clone(), sub.clone());
+                    st.add_subscription(f.filter.clone(), sub.clone());
                     true
                 }
             };
@@ -896,7 +896,7 @@ impl Connection {
         let session = self.session().clone();
         let mut codes = Vec::with_capacity(u.filters.len());
         for f in &u.filters {
-            let had = session.state.lock().subscriptions.remove(f).is_some();
+            let had = session.state.lock().remove_subscription(f).is_some();
             if had {
                 b.unsubscribe(&session, f);
             }

@@ -109,8 +109,7 @@ pub fn queued_entry(
 /// The record of a session as it stands.
 pub fn session_record(client_id: &str, sid: u64, st: &SessionState, now: Instant) -> StoredSession {
     let mut subscriptions: Vec<StoredSubscription> = st
-        .subscriptions
-        .iter()
+        .subscriptions()
         .map(|(filter, s): (&String, &Subscription)| StoredSubscription {
             filter: filter.clone(),
             qos: s.options.qos as u8,

@@ -871,7 +871,7 @@ mod tests {
         let session = std::mem::size_of::<crate::core::session::Session>();
         eprintln!("Conn: {conn} B, Session: {session} B");
         assert!(conn <= 160, "Conn grew to {conn} bytes");
-        assert!(session <= 288, "Session grew to {session} bytes");
+        assert!(session <= 160, "Session grew to {session} bytes");
     }
 
     #[test]
