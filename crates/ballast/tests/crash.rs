@@ -3,7 +3,7 @@
 //! a damaged data directory (a clear error at start) and a full disk (refusals, no crash).
 
 use std::collections::{HashMap, HashSet};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -11,12 +11,15 @@ use std::time::{Duration, Instant};
 
 use test_support::mqtt::*;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The address the node logged for a listener (`<what> listening on <addr>`), once it has.
+fn logged_addr(log: &str, what: &str) -> Option<SocketAddr> {
+    let line = log.lines().find(|l| l.contains(what))?;
+    let rest = &line[line.find(what)? + what.len()..];
+    let addr = rest
+        .trim_start_matches("http://")
+        .split_whitespace()
+        .next()?;
+    addr.parse().ok()
 }
 
 /// A `ballast serve` process.
@@ -28,28 +31,31 @@ struct Node {
 }
 
 impl Node {
-    /// Starts the binary on `data` with `durability` and waits until MQTT accepts.
+    /// Starts the binary on `data` with `durability` and waits until it listens.
     fn start(data: &Path, durability: &str) -> Node {
         Node::wait_started(Node::spawn(data, durability))
     }
 
+    /// Waits for the listeners' addresses in the log (the node binds port 0, so no other
+    /// process can be listening there in its place).
     fn wait_started(mut node: Node) -> Node {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(node.mqtt).is_err() {
-            if let Ok(Some(status)) = node.child.try_wait() {
-                panic!(
-                    "ballast exited with {status} at start:\n{}",
-                    node.log_text()
-                );
+        loop {
+            let log = node.log_text();
+            if let (Some(m), Some(h)) = (
+                logged_addr(&log, "mqtt listening on "),
+                logged_addr(&log, "http listening on "),
+            ) {
+                node.mqtt = m;
+                node.http = h;
+                return node;
             }
-            assert!(
-                Instant::now() < deadline,
-                "ballast did not start:\n{}",
-                node.log_text()
-            );
+            if let Ok(Some(status)) = node.child.try_wait() {
+                panic!("ballast exited with {status} at start:\n{log}");
+            }
+            assert!(Instant::now() < deadline, "ballast did not start:\n{log}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        node
     }
 
     fn spawn(data: &Path, durability: &str) -> Node {
@@ -62,9 +68,12 @@ impl Node {
 
     /// Like `spawn`, with the log and config file in `parent` rather than beside `data`.
     fn spawn_in(parent: &Path, data: &Path, durability: &str) -> Node {
-        let mqtt = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let log = parent.join(format!("ballast-{}.log", mqtt.port()));
+        // Known once the node logs them (see `wait_started`).
+        let mqtt = SocketAddr::from(([127, 0, 0, 1], 0));
+        let http = SocketAddr::from(([127, 0, 0, 1], 0));
+        static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = parent.join(format!("ballast-{n}.log"));
         // Large queues: a burst into an offline session must not hit the default limit.
         let config = parent.join("ballast.toml");
         std::fs::write(
@@ -76,9 +85,8 @@ impl Node {
         let child = Command::new(env!("CARGO_BIN_EXE_ballast"))
             .args(["serve", "--config"])
             .arg(&config)
-            .args(["--mqtt", &mqtt.to_string()])
-            .args(["--ws", &format!("127.0.0.1:{}", free_port())])
-            .args(["--http", &http.to_string()])
+            .args(["--mqtt", "127.0.0.1:0", "--ws", "127.0.0.1:0"])
+            .args(["--http", "127.0.0.1:0"])
             .arg("--data")
             .arg(data)
             .args(["--durability", durability, "--workers", "2"])
@@ -125,6 +133,14 @@ impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            eprintln!("--- ballast log (last lines, newest first) ---");
+            for l in tail {
+                eprintln!("{l}");
+            }
+        }
     }
 }
 
