@@ -175,8 +175,14 @@ impl Broker {
             if !was {
                 self.journal_contents(session.id, st, now);
             }
-        } else if st.stored {
-            st.stored = false;
+        } else {
+            self.unstore(session, st);
+        }
+    }
+
+    /// Removes a stored session from the store (it ended, or no longer outlives its connection).
+    fn unstore(&self, session: &Session, st: &mut SessionState) {
+        if std::mem::replace(&mut st.stored, false) {
             journal::record(
                 self.w(),
                 Op::RemoveSession {
@@ -401,16 +407,7 @@ impl Broker {
             st.ended = true;
             let shared = st.take_shared();
             st.clear_flows();
-            if st.stored {
-                st.stored = false;
-                journal::record(
-                    self.w(),
-                    Op::RemoveSession {
-                        client_id: session.client_id.to_string(),
-                        sid: session.id,
-                    },
-                );
-            }
+            self.unstore(session, &mut st);
             (st.take_subscriptions(), st.delayed_will.take(), shared)
         };
         self.metrics.sessions.fetch_sub(1, Ordering::Relaxed);
