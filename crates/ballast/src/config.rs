@@ -358,6 +358,38 @@ mod tests {
     }
 
     #[test]
+    fn bad_store_settings_name_key_and_line() {
+        for (text, key, line, says) in [
+            (
+                "[broker.store]\ndurability = \"sometimes\"\n",
+                "broker.store.durability",
+                2,
+                "unknown variant",
+            ),
+            (
+                "[broker.store]\nmax_backlog_bytes = 10\n",
+                "broker.store.max_backlog_bytes",
+                2,
+                "at least 1048576",
+            ),
+            (
+                "[broker.store]\n\ncommit_delay_us = 5000000\n",
+                "broker.store.commit_delay_us",
+                3,
+                "at most 100000",
+            ),
+        ] {
+            let e = load_str(text, &ServeArgs::default()).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{e}");
+            assert_eq!(e.line, Some(line), "{e}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        // The data directory is the top-level key; the store section does not take one.
+        let e = load_str("[broker.store]\ndata_dir = \"/x\"\n", &ServeArgs::default()).unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+
+    #[test]
     fn invalid_flag_value_names_the_flag() {
         let args = ServeArgs {
             workers: Some(100_000),
