@@ -1,32 +1,38 @@
 #!/usr/bin/env bash
-# Side by side: Ballast against Mosquitto (Debian) with the same load generator, `ballast bench`.
+# Side by side: Ballast against peer brokers with the same load generator, `ballast bench`.
 #
-#   bench/compare.sh                 # every scenario, 3 rounds, pinned
+#   bench/compare.sh                 # every scenario against Mosquitto, 3 rounds, pinned
 #   ROUNDS=5 SCENARIOS="fanin0 fanout" bench/compare.sh
+#   PEERS="mosquitto rumqttd mochi hivemq" bench/compare.sh   # every peer
 #   PIN=0 bench/compare.sh           # unpinned
-#   SCENARIOS="pfsync pos pnone" bench/compare.sh   # QoS 1 into persistent sessions
+#   SCENARIOS="pfsync pos pnone pfanout" bench/compare.sh   # QoS 1 into persistent sessions
+#
+# Peers (bench/peers.sh installs them from the package registries): mosquitto (Debian),
+# rumqttd 0.20.0 (crates.io), mochi 2.7.9 (Go module proxy), hivemq (HiveMQ CE 2025.5 embedded,
+# Maven Central). Every peer runs with its defaults except where noted in start_broker.
 #
 # Method (docs/BENCHMARKS.md): each broker runs pinned to core 0 and the generator to core 1
-# (PIN=1, the default), so figures are per core; brokers are driven one at a time, A/B
-# alternated within each round, and the report gives the median of the rounds and the ratio
-# Ballast/Mosquitto. Results (JSON per run, SVG charts, summary.md) go to $OUT.
+# (PIN=1, the default), so figures are per core; brokers are driven one at a time, taking turns
+# within each round in an order that rotates from round to round, and the report gives the
+# median of the rounds and the ratio Ballast/peer. Results (JSON per run, SVG charts,
+# summary.md) go to $OUT.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 ROUNDS=${ROUNDS:-3}
 PIN=${PIN:-1}
-SCENARIOS=${SCENARIOS:-"fanin0 lat fanin1 fanout p2p pfsync pos pnone conns"}
+PEERS=${PEERS:-mosquitto}
+SCENARIOS=${SCENARIOS:-"fanin0 lat fanin1 fanout p2p pfsync pos pnone pfanout conns"}
 DURATION=${DURATION:-8}
 OUT=${OUT:-$ROOT/target/bench/$(date +%Y%m%d-%H%M%S)}
+PEERS_DIR=${PEERS_DIR:-$ROOT/target/peers}
 mkdir -p "$OUT"
 
 BROKER_CPU=""; GEN_CPU=""
 if [ "$PIN" = "1" ]; then BROKER_CPU="taskset -c 0"; GEN_CPU="taskset -c 1"; fi
 
-if ! command -v mosquitto >/dev/null && [ ! -x /usr/sbin/mosquitto ]; then
-    echo "installing mosquitto (Debian)"
-    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends mosquitto
-fi
+# shellcheck disable=SC2086
+PEERS_DIR=$PEERS_DIR "$ROOT/bench/peers.sh" $PEERS
 MOSQUITTO=$(command -v mosquitto || echo /usr/sbin/mosquitto)
 
 echo "building ballast (release)"
@@ -34,54 +40,115 @@ cargo build --release -q -p ballast
 BALLAST=${CARGO_TARGET_DIR:-$ROOT/target}/release/ballast
 
 ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-B_PORT=21883; M_PORT=21884
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+BROKERS=(ballast $PEERS)
+declare -A PORT=([ballast]=21883 [mosquitto]=21884 [rumqttd]=21885 [mochi]=21886 [hivemq]=21887)
+declare -A PID=()
+cleanup() { for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-# Durability of the brokers: Ballast's --durability, Mosquitto's persistence (true/false).
-# The p* scenarios set them; the others run with Ballast's default and Mosquitto's.
-DURABILITY=fsync; M_PERSIST=false
-start_ballast() {
-    rm -rf "$OUT/ballast-data"
-    $BROKER_CPU "$BALLAST" serve --mqtt 127.0.0.1:$B_PORT --ws 127.0.0.1:0 --http 127.0.0.1:0 \
-        --data "$OUT/ballast-data" --durability "$DURABILITY" --log-level warn --workers 1 \
-        >>"$OUT/ballast.log" 2>&1 &
-    B_PID=$!; PIDS+=("$B_PID")
-}
-start_mosquitto() {
-    rm -rf "$OUT/mosquitto-data"; mkdir -p "$OUT/mosquitto-data"
-    # With persistence on, Mosquitto writes its whole state to one file every autosave
-    # interval (default 1800 s) and at exit, not per message.
-    cat >"$OUT/mosquitto.conf" <<CONF
-listener $M_PORT 127.0.0.1
+# Durability wanted by the current scenario: Ballast's --durability, and whether peers that can
+# keep sessions on disk do (Mosquitto's persistence, HiveMQ's file persistence). The p*
+# scenarios set it; the others run with Ballast's default and the peers' in-memory modes.
+DURABILITY=fsync; PERSIST=false
+
+# Peers that cannot keep a session across a restart sit out the p* scenarios.
+durable_peer() { case $1 in ballast | mosquitto | hivemq) return 0 ;; *) return 1 ;; esac; }
+
+start_broker() { # start_broker NAME
+    local b=$1 port=${PORT[$1]}
+    rm -rf "${OUT:?}/$b-data"; mkdir -p "$OUT/$b-data"
+    case $b in
+        ballast)
+            $BROKER_CPU "$BALLAST" serve --mqtt 127.0.0.1:"$port" --ws 127.0.0.1:0 --http 127.0.0.1:0 \
+                --data "$OUT/$b-data" --durability "$DURABILITY" --log-level warn --workers 1 \
+                >>"$OUT/$b.log" 2>&1 & ;;
+        mosquitto)
+            # With persistence on, Mosquitto writes its whole state to one file every autosave
+            # interval (default 1800 s) and at exit, not per message.
+            cat >"$OUT/mosquitto.conf" <<CONF
+listener $port 127.0.0.1
 allow_anonymous true
-persistence $M_PERSIST
-persistence_location $OUT/mosquitto-data/
+persistence $PERSIST
+persistence_location $OUT/$b-data/
 max_queued_messages 1000
 set_tcp_nodelay true
 CONF
-    $BROKER_CPU "$MOSQUITTO" -c "$OUT/mosquitto.conf" >"$OUT/mosquitto.log" 2>&1 &
-    M_PID=$!; PIDS+=("$M_PID")
+            $BROKER_CPU "$MOSQUITTO" -c "$OUT/mosquitto.conf" >>"$OUT/$b.log" 2>&1 & ;;
+        rumqttd)
+            # rumqttd needs a config file; this is its shipped rumqttd.toml with the listener
+            # moved, the connection limit raised for 19,000 idle connections, and no delay
+            # between accepts (the shipped 1 ms would cap the connect rate, not the broker).
+            cat >"$OUT/rumqttd.toml" <<CONF
+id = 0
+[router]
+id = 0
+max_connections = 20000
+max_outgoing_packet_count = 200
+max_segment_size = 104857600
+max_segment_count = 10
+[v4.1]
+name = "v4-1"
+listen = "127.0.0.1:$port"
+next_connection_delay_ms = 0
+    [v4.1.connections]
+    connection_timeout_ms = 60000
+    max_payload_size = 20480
+    max_inflight_count = 100
+    dynamic_filters = true
+CONF
+            $BROKER_CPU "$PEERS_DIR/bin/rumqttd" -q -c "$OUT/rumqttd.toml" >>"$OUT/$b.log" 2>&1 & ;;
+        mochi)
+            $BROKER_CPU "$PEERS_DIR/bin/mochi" -tcp 127.0.0.1:"$port" -ws 127.0.0.1:0 -info 127.0.0.1:0 \
+                >>"$OUT/$b.log" 2>&1 & ;;
+        hivemq)
+            local mode=in-memory
+            if [ "$PERSIST" = true ]; then mode=file; fi
+            $BROKER_CPU java -cp "$ROOT/bench/hivemq/target/hivemq-peer-1.jar:$ROOT/bench/hivemq/target/lib/*" \
+                ballast.bench.HiveMQPeer "$port" "$OUT/$b-data" "$mode" >>"$OUT/$b.log" 2>&1 & ;;
+    esac
+    PID[$b]=$!
 }
-wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
+wait_port() { # wait_port PORT: up to 60 s (HiveMQ's JVM takes a few seconds)
+    for _ in $(seq 600); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done
+    echo "port $1 not up" >&2; exit 1
+}
+start_all() {
+    for b in "${BROKERS[@]}"; do start_broker "$b"; done
+    for b in "${BROKERS[@]}"; do wait_port "${PORT[$b]}"; done
+}
+restart_all() {
+    for b in "${BROKERS[@]}"; do kill "${PID[$b]}" 2>/dev/null || true; done
+    for b in "${BROKERS[@]}"; do wait "${PID[$b]}" 2>/dev/null || true; done
+    start_all
+}
 
-start_ballast; start_mosquitto
-wait_port $B_PORT; wait_port $M_PORT
-echo "ballast pid $B_PID on $B_PORT, mosquitto pid $M_PID on $M_PORT; pinned=$PIN; out=$OUT"
-{ echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -r)"; echo "mosquitto: $($MOSQUITTO -h 2>&1 | head -1)"; echo "ballast: $(git rev-parse --short HEAD)"; } >"$OUT/machine.txt"
+start_all
+for b in "${BROKERS[@]}"; do echo "$b: pid ${PID[$b]}, port ${PORT[$b]}"; done
+echo "pinned=$PIN; out=$OUT"
+{
+    echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -r)"
+    echo "ballast: $(git rev-parse --short HEAD)"
+    for b in $PEERS; do
+        case $b in
+            mosquitto) echo "mosquitto: $($MOSQUITTO -h 2>&1 | head -1)" ;;
+            rumqttd) echo "rumqttd: $("$PEERS_DIR/bin/rumqttd" --version)" ;;
+            mochi) echo "mochi: 2.7.9 (go install), $(go version)" ;;
+            hivemq) echo "hivemq: HiveMQ CE embedded 2025.5, $(java -version 2>&1 | head -1)" ;;
+        esac
+    done
+} >"$OUT/machine.txt"
 
-run() { # run NAME BROKER PORT PID ARGS...
-    local name=$1 broker=$2 port=$3 pid=$4; shift 4
+run() { # run SCENARIO BROKER ARGS...
+    local name=$1 b=$2; shift 2
     local args=("$@")
-    args=("${args[@]//@ADDR@/127.0.0.1:$port}")
-    args=("${args[@]//@PID@/$pid}")
-    echo "--- $name $broker: ballast bench ${args[*]}"
-    $GEN_CPU "$BALLAST" bench "${args[@]}" --out "$OUT/$name-$broker-r$round.json" 2>>"$OUT/progress.log" | tee -a "$OUT/tables.txt"
+    args=("${args[@]//@ADDR@/127.0.0.1:${PORT[$b]}}")
+    args=("${args[@]//@PID@/${PID[$b]}}")
+    echo "--- $name $b: ballast bench ${args[*]}"
+    $GEN_CPU "$BALLAST" bench "${args[@]}" --out "$OUT/$name-$b-r$round.json" 2>>"$OUT/progress.log" | tee -a "$OUT/tables.txt"
 }
 
 # The rate for `lat`: half of Mosquitto's max sustainable QoS 0 fan-in measured so far in this
-# run (LAT_RATE overrides).
+# run (LAT_RATE overrides; 50,000 without a Mosquitto figure).
 lat_rate() {
     if [ -n "${LAT_RATE:-}" ]; then echo "$LAT_RATE"; return; fi
     python3 - "$OUT" <<'PY'
@@ -99,35 +166,33 @@ scenario_args() {
         pfsync|pos|pnone)
                 echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 1 --persistent --payload 100 --duration $DURATION --warmup 2 --start-rate 5000 --factor 1.5 --progress false" ;;
         fanout) echo "ladder --addr @ADDR@ -p 1 -s 1000 --layout fan-out --qos 0 --payload 100 --duration $DURATION --warmup 2 --start-rate 20 --factor 1.5 --progress false" ;;
+        pfanout)
+                echo "ladder --addr @ADDR@ -p 1 -s 1000 --layout fan-out --qos 1 --persistent --payload 100 --duration $DURATION --warmup 2 --start-rate 5 --factor 1.5 --progress false" ;;
         p2p)    echo "p2p --addr @ADDR@ -n 10000 -m 10 --interval-ms 1000 --drain 5" ;;
         conns)  echo "conns --addr @ADDR@ -n 19000 --steps 4 --pid @PID@" ;;
+        *)      echo "unknown scenario: $1" >&2; exit 2 ;;
     esac
-}
-
-restart_brokers() {
-    kill "$B_PID" "$M_PID" 2>/dev/null || true
-    wait "$B_PID" "$M_PID" 2>/dev/null || true
-    start_ballast; start_mosquitto
-    wait_port $B_PORT; wait_port $M_PORT
 }
 
 for round in $(seq "$ROUNDS"); do
     for s in $SCENARIOS; do
-        # Memory per connection is measured on fresh brokers: memory freed by earlier
-        # scenarios and kept by the allocator would otherwise be counted against it.
         case $s in
-            pfsync) want="fsync true" ;; pos) want="os true" ;; pnone) want="none true" ;;
+            pfsync | pfanout) want="fsync true" ;; pos) want="os true" ;; pnone) want="none true" ;;
             *) want="fsync false" ;;
         esac
-        if [ "$s" = conns ] || [ "$want" != "$DURABILITY $M_PERSIST" ]; then
-            read -r DURABILITY M_PERSIST <<<"$want"
-            restart_brokers
+        # Memory per connection is measured on fresh brokers: memory freed by earlier
+        # scenarios and kept by the allocator would otherwise be counted against it.
+        if [ "$s" = conns ] || [ "$want" != "$DURABILITY $PERSIST" ]; then
+            read -r DURABILITY PERSIST <<<"$want"
+            restart_all
         fi
         read -r -a A <<<"$(scenario_args "$s")"
-        # Alternate which broker goes first each round.
-        if [ $((round % 2)) -eq 1 ]; then order="ballast mosquitto"; else order="mosquitto ballast"; fi
-        for b in $order; do
-            if [ "$b" = ballast ]; then run "$s" ballast $B_PORT "$B_PID" "${A[@]}"; else run "$s" mosquitto $M_PORT "$M_PID" "${A[@]}"; fi
+        # Rotate which broker goes first from round to round.
+        n=${#BROKERS[@]}
+        for i in $(seq 0 $((n - 1))); do
+            b=${BROKERS[$(((i + round - 1) % n))]}
+            if [ "$PERSIST" = true ] && ! durable_peer "$b"; then continue; fi
+            run "$s" "$b" "${A[@]}" || echo "($s $b failed; see $OUT/progress.log)"
             if [ "$s" = conns ]; then
                 # Idle connections must be gone before the next broker is measured.
                 sleep 2

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarise a bench/compare.sh run: median of the rounds per scenario and broker, and the
-ratio Ballast / Mosquitto, as a Markdown table."""
+ratio Ballast / peer for each peer in the run, as a Markdown table."""
 import glob
 import json
 import os
@@ -47,13 +47,31 @@ for path in sorted(glob.glob(os.path.join(out, "*.json"))):
         add(scenario, "KiB per idle connection", broker, last.get("kib_per_connection"))
         add(scenario, "connects/s", broker, r["connects_per_second"])
 
-print("| scenario | figure | ballast (median) | mosquitto (median) | ratio ballast/mosquitto | rounds |")
-print("|---|---|---|---|---|---|")
+KNOWN = ["ballast", "mosquitto", "rumqttd", "mochi", "hivemq"]
+present = {b for by in figures.values() for b in by}
+brokers = [b for b in KNOWN if b in present] + sorted(present - set(KNOWN))
+peers = [b for b in brokers if b != "ballast"]
+
+
+def fmt(v):
+    return "-" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}")
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+head = ["scenario", "figure", "ballast"]
+for p in peers:
+    head += [p, f"ballast/{p}"]
+head.append("rounds")
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
 for (scenario, name), by in sorted(figures.items()):
-    b = by.get("ballast", [])
-    mo = by.get("mosquitto", [])
-    mb = statistics.median(b) if b else None
-    mm = statistics.median(mo) if mo else None
-    ratio = f"{mb / mm:.2f}" if mb is not None and mm else "-"
-    fmt = lambda v: "-" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}")
-    print(f"| {scenario} | {name} | {fmt(mb)} | {fmt(mm)} | {ratio} | {len(b)}/{len(mo)} |")
+    mb = median(by.get("ballast", []))
+    row = [scenario, name, fmt(mb)]
+    for p in peers:
+        mp = median(by.get(p, []))
+        row += [fmt(mp), f"{mb / mp:.2f}" if mb is not None and mp else "-"]
+    row.append("/".join(str(len(by.get(b, []))) for b in brokers))
+    print("| " + " | ".join(row) + " |")
