@@ -13,7 +13,8 @@
 #
 # Method (docs/BENCHMARKS.md): each broker runs pinned to core 0 and the generator to core 1
 # (PIN=1, the default), so figures are per core; brokers are driven one at a time, taking turns
-# within each round in an order that rotates from round to round, and the report gives the
+# within each round in an order that rotates from round to round (the others stopped with
+# SIGSTOP meanwhile), and the report gives the
 # median of the rounds and the ratio Ballast/peer. Results (JSON per run, SVG charts,
 # summary.md) go to $OUT.
 set -euo pipefail
@@ -43,7 +44,7 @@ ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 BROKERS=(ballast $PEERS)
 declare -A PORT=([ballast]=21883 [mosquitto]=21884 [rumqttd]=21885 [mochi]=21886 [hivemq]=21887)
 declare -A PID=()
-cleanup() { for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() { for p in "${PID[@]}"; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
 # Durability wanted by the current scenario: Ballast's --durability, and whether peers that can
@@ -117,7 +118,7 @@ start_all() {
     for b in "${BROKERS[@]}"; do wait_port "${PORT[$b]}"; done
 }
 restart_all() {
-    for b in "${BROKERS[@]}"; do kill "${PID[$b]}" 2>/dev/null || true; done
+    for b in "${BROKERS[@]}"; do kill -CONT "${PID[$b]}" 2>/dev/null; kill "${PID[$b]}" 2>/dev/null || true; done
     for b in "${BROKERS[@]}"; do wait "${PID[$b]}" 2>/dev/null || true; done
     start_all
 }
@@ -144,6 +145,11 @@ run() { # run SCENARIO BROKER ARGS...
     args=("${args[@]//@ADDR@/127.0.0.1:${PORT[$b]}}")
     args=("${args[@]//@PID@/${PID[$b]}}")
     echo "--- $name $b: ballast bench ${args[*]}"
+    # Only the broker under test may run: the others are stopped (SIGSTOP), so that one still
+    # busy after its own turn (a JVM compiling or collecting garbage, say) cannot take CPU
+    # from the next.
+    for o in "${BROKERS[@]}"; do [ "$o" = "$b" ] || kill -STOP "${PID[$o]}" 2>/dev/null || true; done
+    kill -CONT "${PID[$b]}" 2>/dev/null || true
     $GEN_CPU "$BALLAST" bench "${args[@]}" --out "$OUT/$name-$b-r$round.json" 2>>"$OUT/progress.log" | tee -a "$OUT/tables.txt"
 }
 
@@ -164,10 +170,10 @@ scenario_args() {
         fanin0) echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 0 --payload 100 --duration $DURATION --warmup 2 --start-rate 20000 --factor 1.5 --progress false" ;;
         fanin1) echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 1 --payload 100 --duration $DURATION --warmup 2 --start-rate 5000 --factor 1.5 --progress false" ;;
         pfsync|pos|pnone)
-                echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 1 --persistent --payload 100 --duration $DURATION --warmup 2 --start-rate 5000 --factor 1.5 --progress false" ;;
+                echo "ladder --addr @ADDR@ -p 10 -s 1 --layout fan-in --qos 1 --persistent --payload 100 --duration $DURATION --warmup 2 --start-rate 1000 --factor 1.5 --progress false" ;;
         fanout) echo "ladder --addr @ADDR@ -p 1 -s 1000 --layout fan-out --qos 0 --payload 100 --duration $DURATION --warmup 2 --start-rate 20 --factor 1.5 --progress false" ;;
         pfanout)
-                echo "ladder --addr @ADDR@ -p 1 -s 1000 --layout fan-out --qos 1 --persistent --payload 100 --duration $DURATION --warmup 2 --start-rate 5 --factor 1.5 --progress false" ;;
+                echo "ladder --addr @ADDR@ -p 1 -s 1000 --layout fan-out --qos 1 --persistent --payload 100 --duration $DURATION --warmup 2 --start-rate 2 --factor 1.5 --progress false" ;;
         p2p)    echo "p2p --addr @ADDR@ -n 10000 -m 10 --interval-ms 1000 --drain 5" ;;
         conns)  echo "conns --addr @ADDR@ -n 19000 --steps 4 --pid @PID@" ;;
         *)      echo "unknown scenario: $1" >&2; exit 2 ;;

@@ -82,6 +82,9 @@ impl Will {
 #[derive(Default)]
 struct Extra {
     will: Option<Will>,
+    /// Bytes to send before a session exists, or after it was taken over: this connection's
+    /// last words (a refusing CONNACK, DISCONNECT 0x8E).
+    direct: Vec<u8>,
     /// Incoming topic aliases (5.0).
     aliases: HashMap<u16, Arc<str>>,
     /// Answers held back until the store ticket they depend on is durable, in the order they
@@ -108,8 +111,6 @@ pub struct Connection {
     /// The connection limit was already reached when this one was accepted.
     pub over_limit: bool,
     pub session: Option<Arc<Session>>,
-    /// Bytes to send before a session exists (a refusing CONNACK).
-    pub direct: Vec<u8>,
     extra: Option<Box<Extra>>,
 }
 
@@ -123,13 +124,24 @@ impl Connection {
             keepalive_ms: 0,
             over_limit,
             session: None,
-            direct: Vec::new(),
             extra: None,
         }
     }
 
     fn extra(&mut self) -> &mut Extra {
         self.extra.get_or_insert_with(Default::default)
+    }
+
+    /// Where this connection's last words are written (see `Extra::direct`).
+    pub fn direct(&mut self) -> &mut Vec<u8> {
+        &mut self.extra().direct
+    }
+
+    /// Moves the bytes written to `direct` to the end of `out`.
+    pub fn take_direct(&mut self, out: &mut Vec<u8>) {
+        if let Some(x) = &mut self.extra {
+            out.append(&mut x.direct);
+        }
     }
 
     /// When the connection must have sent something by (CONNECT, or the keepalive).
@@ -156,7 +168,7 @@ impl Connection {
         }
         // No session yet, or it was taken over: this connection's own last words (a refusing
         // CONNACK, DISCONNECT 0x8E) go out directly.
-        p.encode(self.protocol, &mut self.direct);
+        p.encode(self.protocol, self.direct());
     }
 
     /// Answers a packet once what handling it submitted to the store is durable: the answer is
@@ -487,7 +499,7 @@ impl Connection {
             code: code_byte,
             properties,
         };
-        Packet::ConnAck(ack).encode(self.protocol, &mut self.direct);
+        Packet::ConnAck(ack).encode(self.protocol, self.direct());
         Err(Close::new(reason, None, text))
     }
 

@@ -48,8 +48,16 @@ struct Conn {
     write_interest: bool,
     /// Listed in `again`: its read budget ran out with data left.
     read_again: bool,
-    stalled_since: Option<Instant>,
+    /// When the outbox last went from empty to stuck, as a wheel stamp (4 bytes, not an
+    /// `Instant`'s 16: this struct is paid for by every idle connection).
+    stalled_since: Option<Stamp>,
 }
+
+/// A point in time as whole wheel ticks after the wheel's origin, rounded up (so a deadline
+/// computed from it is never early), plus one so that `Option<Stamp>` stays 4 bytes. 32 bits
+/// of 100 ms ticks last 13 years; later times saturate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp(std::num::NonZeroU32);
 
 /// Coarse timer wheel of (token, generation); entries are checked, not cancelled: a
 /// connection whose deadline moved is re-inserted at its new deadline when its old one comes.
@@ -70,6 +78,19 @@ impl Wheel {
 
     fn ticks(&self, t: Instant) -> u64 {
         (t.saturating_duration_since(self.origin).as_millis() / TICK.as_millis()) as u64
+    }
+
+    fn stamp(&self, t: Instant) -> Stamp {
+        let ticks = t
+            .saturating_duration_since(self.origin)
+            .as_millis()
+            .div_ceil(TICK.as_millis());
+        let n = u32::try_from(ticks).unwrap_or(u32::MAX - 1) + 1;
+        Stamp(std::num::NonZeroU32::new(n).unwrap_or(std::num::NonZeroU32::MAX))
+    }
+
+    fn instant(&self, s: Stamp) -> Instant {
+        self.origin + TICK * (s.0.get() - 1)
     }
 
     fn insert(&mut self, at: Instant, token: u32, gen: u32) {
@@ -570,7 +591,7 @@ impl Worker {
                 Err(DecodeError::UnsupportedProtocol) if conn.core.phase == Phase::AwaitConnect => {
                     // Answer in 3.1.1 form: 0x01 unacceptable protocol version [MQTT-3.1.2-2].
                     conn.core
-                        .direct
+                        .direct()
                         .extend_from_slice(&[0x20, 0x02, 0x00, 0x01]);
                     break Err(Close {
                         reason: CloseReason::ConnectRefused,
@@ -627,9 +648,7 @@ impl Worker {
                 st.backlog = conn.pending.len().min(u32::MAX as usize) as u32;
             }
         }
-        if !conn.core.direct.is_empty() {
-            conn.pending.append(&mut conn.core.direct);
-        }
+        conn.core.take_direct(&mut conn.pending);
         let written = write_out(conn)?;
         if written > 0 {
             self.b
@@ -650,7 +669,7 @@ impl Worker {
             }
         } else {
             if conn.stalled_since.is_none() {
-                conn.stalled_since = Some(now);
+                conn.stalled_since = Some(self.wheel.stamp(now));
                 self.wheel
                     .insert(now + self.b.config.limits.write_timeout(), t as u32, gen);
             }
@@ -678,7 +697,7 @@ impl Worker {
             return;
         }
         let limits = &self.b.config.limits;
-        if let Some(since) = conn.stalled_since {
+        if let Some(since) = conn.stalled_since.map(|s| self.wheel.instant(s)) {
             if since + limits.write_timeout() <= now {
                 self.b.metrics.limit(Limit::WriteTimeout);
                 return self.close(t, gen, Close::silent(CloseReason::SlowConsumer), now);
@@ -701,7 +720,7 @@ impl Worker {
             }
             self.wheel.insert(d, t as u32, gen);
         }
-        if let Some(since) = conn.stalled_since {
+        if let Some(since) = conn.stalled_since.map(|s| self.wheel.instant(s)) {
             self.wheel
                 .insert(since + limits.write_timeout(), t as u32, gen);
         }
@@ -870,8 +889,22 @@ mod tests {
         let conn = std::mem::size_of::<Conn>();
         let session = std::mem::size_of::<crate::core::session::Session>();
         eprintln!("Conn: {conn} B, Session: {session} B");
-        assert!(conn <= 160, "Conn grew to {conn} bytes");
+        assert!(conn <= 120, "Conn grew to {conn} bytes");
         assert!(session <= 160, "Session grew to {session} bytes");
+    }
+
+    #[test]
+    fn stamps_round_up_and_saturate() {
+        let t0 = Instant::now();
+        let w = Wheel::new(t0);
+        assert_eq!(w.instant(w.stamp(t0)), t0);
+        let t = t0 + Duration::from_millis(150);
+        assert_eq!(w.instant(w.stamp(t)), t0 + Duration::from_millis(200));
+        let t = t0 + Duration::from_millis(300);
+        assert_eq!(w.instant(w.stamp(t)), t);
+        let far = t0 + Duration::from_secs(20 * 365 * 86_400);
+        assert!(w.instant(w.stamp(far)) > t0 + Duration::from_secs(13 * 365 * 86_400));
+        assert_eq!(std::mem::size_of::<Option<Stamp>>(), 4);
     }
 
     #[test]
