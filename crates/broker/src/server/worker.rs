@@ -85,8 +85,7 @@ impl Wheel {
             .saturating_duration_since(self.origin)
             .as_millis()
             .div_ceil(TICK.as_millis());
-        let n = u32::try_from(ticks).unwrap_or(u32::MAX - 1) + 1;
-        Stamp(std::num::NonZeroU32::new(n).unwrap_or(std::num::NonZeroU32::MAX))
+        Stamp(std::num::NonZeroU32::MIN.saturating_add(u32::try_from(ticks).unwrap_or(u32::MAX)))
     }
 
     fn instant(&self, s: Stamp) -> Instant {
