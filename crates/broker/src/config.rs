@@ -103,10 +103,14 @@ pub struct Limits {
     /// Largest packet accepted from a client, in bytes (checked from the fixed header).
     pub max_packet_size: u32,
     /// Outgoing QoS 1/2 messages in flight per client (capped by the client's Receive Maximum).
+    /// One subscriber's throughput is at most this many messages per acknowledgement round
+    /// trip; 100 lets a wildcard consumer take ~400k msg/s on one core (docs/BENCHMARKS.md).
     pub max_inflight: u16,
     /// Incoming QoS 2 messages a client may have unreleased at once (our Receive Maximum).
     pub receive_maximum: u16,
-    /// QoS 1/2 messages queued per session beyond the inflight window.
+    /// QoS 1/2 messages queued per session beyond the inflight window. Publishers arrive in
+    /// bursts: a consumer that keeps up on average must not lose messages to one, so this is
+    /// generous and `max_queued_bytes` is the memory bound.
     pub max_queued_messages: usize,
     /// Bytes of payload queued per session beyond the inflight window.
     pub max_queued_bytes: usize,
@@ -138,9 +142,9 @@ impl Default for Limits {
             max_connections: 100_000,
             connect_timeout_ms: 10_000,
             max_packet_size: 1024 * 1024,
-            max_inflight: 32,
+            max_inflight: 100,
             receive_maximum: 128,
-            max_queued_messages: 1000,
+            max_queued_messages: 10_000,
             max_queued_bytes: 16 * 1024 * 1024,
             max_outbox_bytes: 4 * 1024 * 1024,
             write_timeout_ms: 30_000,
