@@ -10,6 +10,10 @@ import sys
 
 out = sys.argv[1]
 figures = {}  # (scenario, figure name) -> broker -> [values]
+noisy = []  # (scenario, broker, round, highest steal %) of turns over NOISY_STEAL
+# A turn in which the hypervisor took more than this share of some CPU's time is reported as
+# noisy: its figure may be the host's, not the broker's.
+NOISY_STEAL = float(os.environ.get("NOISY_STEAL", "5"))
 
 
 def add(scenario, name, broker, value):
@@ -22,9 +26,20 @@ for path in sorted(glob.glob(os.path.join(out, "*.json"))):
     m = re.match(r"(\w+)-(\w+)-r(\d+)\.json$", os.path.basename(path))
     if not m:
         continue
-    scenario, broker, _ = m.groups()
+    scenario, broker, rnd = m.groups()
     with open(path) as f:
         r = json.load(f)
+    # Host steal: the worst CPU of the run, or of any step of a ladder (older results
+    # have no steal figures).
+    runs = [s["result"] for s in r.get("steps", []) if "result" in s] or [r]
+    steal = [max(x["steal_pct"]) for x in runs if x.get("steal_pct")]
+    if steal:
+        add(scenario, "host steal % (worst CPU)", broker, max(steal))
+        retried = sum(len(s.get("noisy_attempts", [])) for s in r.get("steps", []))
+        if "steps" in r:
+            add(scenario, "steps measured again for steal", broker, retried)
+        if max(steal) > NOISY_STEAL:
+            noisy.append((scenario, broker, int(rnd), max(steal)))
     if "max_sustainable_rate" in r:
         add(scenario, "max sustainable publishes/s", broker, r["max_sustainable_rate"])
         add(scenario, "deliveries/s at that rate", broker, r["max_sustainable_deliveries"])
@@ -75,3 +90,9 @@ for (scenario, name), by in sorted(figures.items()):
         row += [fmt(mp), f"{mb / mp:.2f}" if mb is not None and mp else "-"]
     row.append("/".join(str(len(by.get(b, []))) for b in brokers))
     print("| " + " | ".join(row) + " |")
+
+if noisy:
+    print()
+    print(f"Turns with more than {NOISY_STEAL:g}% host steal on some CPU (figures suspect):")
+    for scenario, broker, rnd, st in sorted(noisy):
+        print(f"- {scenario} {broker} round {rnd}: {st:.1f}%")

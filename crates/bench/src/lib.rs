@@ -8,6 +8,7 @@ pub mod conns;
 pub mod ladder;
 pub mod p2p;
 pub mod pubsub;
+pub mod steal;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -208,4 +209,8 @@ pub fn print_pubsub(r: &pubsub::PubSubResult) {
         "  latency ms  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  mean {:.3}",
         l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms, l.mean_ms
     );
+    if !r.steal_pct.is_empty() {
+        let per_cpu: Vec<String> = r.steal_pct.iter().map(|p| format!("{p:.1}")).collect();
+        println!("  host steal  {}% per CPU", per_cpu.join(" / "));
+    }
 }

@@ -55,6 +55,9 @@ pub struct P2pResult {
     pub received: u64,
     pub delivery_rate: f64,
     pub latency: Latency,
+    /// Percent of each CPU's time the hypervisor took while messages flowed (see
+    /// [`crate::steal`]).
+    pub steal_pct: Vec<f64>,
 }
 
 struct Counters {
@@ -119,6 +122,7 @@ pub async fn run(a: &P2pArgs) -> Result<P2pResult> {
     }
     eprintln!("all connected; sending {} messages each", a.messages);
 
+    let cpu_before = crate::steal::CpuTimes::sample();
     let started = Instant::now();
     let hist = crate::shared_hist();
     let mut tasks = JoinSet::new();
@@ -156,6 +160,7 @@ pub async fn run(a: &P2pArgs) -> Result<P2pResult> {
         r??;
     }
     progress.abort();
+    let steal_pct = crate::steal::CpuTimes::sample().steal_percent_since(&cpu_before);
     let sent = counters.sent.load(Relaxed);
     let received = counters.received.load(Relaxed);
     let latency = Latency::from_hist(&hist.lock().unwrap_or_else(|e| e.into_inner()));
@@ -169,6 +174,7 @@ pub async fn run(a: &P2pArgs) -> Result<P2pResult> {
             received as f64 / sent as f64
         },
         latency,
+        steal_pct,
     })
 }
 
@@ -265,4 +271,8 @@ pub fn print(r: &P2pResult) {
         "  latency ms  mean {:.3}  p50 {:.3}  p99 {:.3}  max {:.3}",
         l.mean_ms, l.p50_ms, l.p99_ms, l.max_ms
     );
+    if !r.steal_pct.is_empty() {
+        let per_cpu: Vec<String> = r.steal_pct.iter().map(|p| format!("{p:.1}")).collect();
+        println!("  host steal  {}% per CPU", per_cpu.join(" / "));
+    }
 }

@@ -98,6 +98,9 @@ pub struct PubSubResult {
     /// received / expected.
     pub delivered_ratio: f64,
     pub latency: Latency,
+    /// Percent of each CPU's time the hypervisor took while the run lasted (see
+    /// [`crate::steal`]); empty where not measurable.
+    pub steal_pct: Vec<f64>,
 }
 
 struct Shared {
@@ -160,6 +163,7 @@ pub async fn run(a: &PubSubArgs) -> Result<PubSubResult> {
         Layout::Pairwise => 1,
     };
 
+    let cpu_before = crate::steal::CpuTimes::sample();
     let start = Instant::now();
     let base = now_ns();
     let warm = Duration::from_secs_f64(a.warmup);
@@ -249,6 +253,7 @@ pub async fn run(a: &PubSubArgs) -> Result<PubSubResult> {
         }
     }
     let _ = stop_tx.send(true);
+    let steal_pct = crate::steal::CpuTimes::sample().steal_percent_since(&cpu_before);
     let (mut received, mut dups) = (0, 0);
     for t in sub_tasks {
         let s = t.await.context("subscriber task")??;
@@ -286,6 +291,7 @@ pub async fn run(a: &PubSubArgs) -> Result<PubSubResult> {
             received as f64 / expected as f64
         },
         latency,
+        steal_pct,
     })
 }
 

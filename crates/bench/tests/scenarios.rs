@@ -128,9 +128,18 @@ fn ladder_steps_up_and_names_the_highest_passing_rate() {
         p99_bound_ms: 1000.0,
         min_delivered: 0.999,
         patience: 1,
+        steal_limit: 5.0,
+        steal_retries: 0,
     };
     let r = rt().block_on(ladder::run(&a)).unwrap();
     assert_eq!(r.steps.len(), 2);
+    // Host steal is measured per CPU of this machine.
+    let cpus = std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count();
+    assert_eq!(r.steps[0].result.steal_pct.len(), cpus);
     assert!(
         r.steps.iter().all(|s| s.passed),
         "{:?}",
@@ -144,6 +153,34 @@ fn ladder_steps_up_and_names_the_highest_passing_rate() {
     ballast_bench::chart::ladder(&r, &dir).unwrap();
     let svg = std::fs::read_to_string(&dir).unwrap();
     assert!(svg.contains("<svg") && svg.contains("max sustainable 400"));
+}
+
+#[test]
+fn ladder_measures_a_failed_step_again_under_host_steal() {
+    let b = start_broker();
+    let mut p = args(b.mqtt);
+    p.duration = 0.3;
+    p.warmup = 0.1;
+    let a = ladder::LadderArgs {
+        pubsub: p,
+        start_rate: 100,
+        factor: 2.0,
+        rates: vec![200, 400],
+        max_rate: 1000,
+        // No step can pass a zero bound, and a negative steal limit counts every failure as
+        // noisy: each step is measured 1 + 2 times, and the ladder stops after the first.
+        p99_bound_ms: 0.0,
+        min_delivered: 0.999,
+        patience: 1,
+        steal_limit: -1.0,
+        steal_retries: 2,
+    };
+    let r = rt().block_on(ladder::run(&a)).unwrap();
+    assert_eq!(r.steps.len(), 1);
+    assert!(!r.steps[0].passed);
+    assert_eq!(r.steps[0].noisy_attempts.len(), 2);
+    assert!(r.steps[0].noisy_attempts.iter().all(|x| x.sent > 0));
+    assert_eq!(r.max_sustainable_rate, 0);
 }
 
 #[test]
