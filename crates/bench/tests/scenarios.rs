@@ -113,24 +113,34 @@ fn pubsub_unthrottled_reports_a_rate() {
     assert!(r.received > 0 && r.received <= r.expected);
 }
 
+/// A ladder over the rates 200 and 400 that stops at the first failed step.
+fn ladder_args(
+    pubsub: pubsub::PubSubArgs,
+    p99_bound_ms: f64,
+    steal_limit: f64,
+    steal_retries: u32,
+) -> ladder::LadderArgs {
+    ladder::LadderArgs {
+        pubsub,
+        start_rate: 100,
+        factor: 2.0,
+        rates: vec![200, 400],
+        max_rate: 1000,
+        p99_bound_ms,
+        min_delivered: 0.999,
+        patience: 1,
+        steal_limit,
+        steal_retries,
+    }
+}
+
 #[test]
 fn ladder_steps_up_and_names_the_highest_passing_rate() {
     let b = start_broker();
     let mut p = args(b.mqtt);
     p.duration = 0.6;
     p.warmup = 0.2;
-    let a = ladder::LadderArgs {
-        pubsub: p,
-        start_rate: 100,
-        factor: 2.0,
-        rates: vec![200, 400],
-        max_rate: 1000,
-        p99_bound_ms: 1000.0,
-        min_delivered: 0.999,
-        patience: 1,
-        steal_limit: 5.0,
-        steal_retries: 0,
-    };
+    let a = ladder_args(p, 1000.0, 5.0, 0);
     let r = rt().block_on(ladder::run(&a)).unwrap();
     assert_eq!(r.steps.len(), 2);
     // Host steal is measured per CPU of this machine.
@@ -161,20 +171,9 @@ fn ladder_measures_a_failed_step_again_under_host_steal() {
     let mut p = args(b.mqtt);
     p.duration = 0.3;
     p.warmup = 0.1;
-    let a = ladder::LadderArgs {
-        pubsub: p,
-        start_rate: 100,
-        factor: 2.0,
-        rates: vec![200, 400],
-        max_rate: 1000,
-        // No step can pass a zero bound, and a negative steal limit counts every failure as
-        // noisy: each step is measured 1 + 2 times, and the ladder stops after the first.
-        p99_bound_ms: 0.0,
-        min_delivered: 0.999,
-        patience: 1,
-        steal_limit: -1.0,
-        steal_retries: 2,
-    };
+    // No step can pass a zero bound, and a negative steal limit counts every failure as noisy:
+    // each step is measured 1 + 2 times, and the ladder stops after the first.
+    let a = ladder_args(p, 0.0, -1.0, 2);
     let r = rt().block_on(ladder::run(&a)).unwrap();
     assert_eq!(r.steps.len(), 1);
     assert!(!r.steps[0].passed);
